@@ -1,0 +1,7 @@
+"""Everything that ships to the Hub with a model (copied flat by save_pretrained: sibling imports only)."""
+
+from .attention_base import HfAttnConfigError, Preset, VariantAttention
+from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
+from .modeling_hf_attn import HfAttnBartForConditionalGeneration, HfAttnMarianMTModel, HfAttnSeq2SeqLMOutput
+from .presets import PRESETS
+from .registry import ATTENTION_VARIANTS

@@ -1,0 +1,168 @@
+"""ReLA: rectified linear attention (Zhang, Titov & Sennrich 2021, "Sparse Attention with Linear Units").
+
+    alpha = ReLU(q k^T / sqrt(dh))                         Eq. 3   (masked keys get exactly 0: no -inf anywhere)
+    o     = LN(alpha V)  over the concatenated heads (d)    Eq. 3
+    RMSNorm(z) = z / RMS(z) * g                             Eq. 4   (ReLA-i: g ~ U(-sqrt(3/dh), sqrt(3/dh)))
+    LN(z) = sigmoid(w * z) * RMSNorm(z)                     Eq. 5   (ReLA-g: g = 1, w ~ U(-sqrt(3/d), sqrt(3/d)))
+
+Rows may be all zero ("null attention"); the RMS statistic then is 0 and eps keeps the output at exactly 0.
+Table 1 ablations are config switches: activation (relu / gelu / leaky_relu), norm (rmsnorm / layernorm / none),
+gate on/off, gain init (ones / uniform).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention_base import HfAttnConfigError, Preset, VariantAttention, all_sites, float32_autocast_off
+
+ACTIVATIONS = ("relu", "gelu", "leaky_relu")
+NORMS = ("rmsnorm", "layernorm", "none")
+GAIN_INITS = ("ones", "uniform")
+RELA = "Zhang, Titov & Sennrich 2021, Sparse Attention with Linear Units (EMNLP)"
+_RELA_G = all_sites("rela", rela_norm="rmsnorm", rela_gate=True, rela_gain_init="ones")
+
+
+class RelaAttention(VariantAttention):
+    variant = "rela"
+    description = "rectified linear attention with a (gated) RMSNorm on its output (Zhang et al. 2021)"
+    config_defaults = {
+        "rela_activation": "relu",  # Table 1 rows 9-10: gelu, leaky_relu
+        "rela_norm": "rmsnorm",  # row 4: none (fails to train), row 8: layernorm
+        "rela_gate": True,  # ReLA-g (Eq. 5); False with rela_gain_init="uniform" is ReLA-i
+        "rela_gain_init": "ones",  # "uniform": U(-sqrt(3/dh), sqrt(3/dh)), ReLA-i (footnote 4: fan = dh)
+        "rela_eps": 1e-8,
+        "rela_leaky_relu_slope": 0.01,
+    }
+
+    presets = (
+        Preset(
+            "rela-i",
+            "ReLA-i: ReLU attention + RMSNorm with uniform gain init (Table 1, row 6)",
+            RELA,
+            all_sites("rela", rela_norm="rmsnorm", rela_gate=False, rela_gain_init="uniform"),
+        ),
+        Preset(
+            "rela-g", "ReLA-g: ReLU attention + gated RMSNorm, the paper's main model (Table 1, row 7)", RELA, _RELA_G
+        ),
+        Preset(
+            "relu",
+            "ablation: ReLU attention alone, no normalisation (Table 1, row 4; fails to train)",
+            RELA,
+            all_sites("rela", rela_norm="none", rela_gate=False),
+        ),
+        Preset(
+            "relu-rmsnorm",
+            "ablation: ReLU attention + plain RMSNorm, gain 1 (Table 1, row 5)",
+            RELA,
+            all_sites("rela", rela_norm="rmsnorm", rela_gate=False, rela_gain_init="ones"),
+        ),
+        Preset(
+            "rela-g-layernorm",
+            "ablation: ReLA-g with LayerNorm instead of RMSNorm (Table 1, row 8)",
+            RELA,
+            {**_RELA_G, "rela_norm": "layernorm"},
+        ),
+        Preset(
+            "rela-g-gelu",
+            "ablation: ReLA-g with GeLU instead of ReLU (Table 1, row 9)",
+            RELA,
+            {**_RELA_G, "rela_activation": "gelu"},
+        ),
+        Preset(
+            "rela-g-leaky-relu",
+            "ablation: ReLA-g with leaky ReLU instead of ReLU (Table 1, row 10)",
+            RELA,
+            {**_RELA_G, "rela_activation": "leaky_relu"},
+        ),
+        Preset(
+            "rela-g-encoder-only",
+            "ReLA-g in encoder self-attention only, softmax elsewhere (Table 1, row 11)",
+            RELA,
+            {**_RELA_G, "decoder_attention": "softmax", "cross_attention": "softmax"},
+        ),
+        Preset(
+            "rela-g-decoder-only",
+            "ReLA-g in decoder self-attention only, softmax elsewhere (Table 1, row 12)",
+            RELA,
+            {**_RELA_G, "encoder_attention": "softmax", "cross_attention": "softmax"},
+        ),
+        Preset(
+            "rela-g-cross-only",
+            "ReLA-g in cross-attention only, softmax elsewhere (Table 1, row 13)",
+            RELA,
+            {**_RELA_G, "encoder_attention": "softmax", "decoder_attention": "softmax"},
+        ),
+    )
+
+    @classmethod
+    def validate_config(cls, config):
+        for key, choices in (
+            ("rela_activation", ACTIVATIONS),
+            ("rela_norm", NORMS),
+            ("rela_gain_init", GAIN_INITS),
+        ):
+            if getattr(config, key) not in choices:
+                raise HfAttnConfigError(f"{key}={getattr(config, key)!r} is not valid; choose one of {list(choices)}")
+        if not config.rela_eps > 0:
+            raise HfAttnConfigError(f"rela_eps={config.rela_eps!r} must be > 0 (default 1e-8)")
+        if not isinstance(config.rela_gate, bool):
+            raise HfAttnConfigError(f"rela_gate={config.rela_gate!r} must be true or false")
+
+    def setup(self, config):
+        self.activation = config.rela_activation
+        self.norm = config.rela_norm
+        self.gated = config.rela_gate
+        self.gain_init = config.rela_gain_init
+        self.eps = config.rela_eps
+        self.leaky_slope = config.rela_leaky_relu_slope
+        d = self.embed_dim
+        if self.norm != "none":
+            self.rela_gain = nn.Parameter(torch.ones(d))
+        if self.norm == "layernorm":
+            self.rela_bias = nn.Parameter(torch.zeros(d))
+        if self.gated:
+            self.rela_gate_weight = nn.Parameter(torch.empty(d))
+
+    def init_variant_weights(self, init):
+        if self.norm != "none":
+            if self.gain_init == "uniform":
+                bound = math.sqrt(3.0 / self.head_dim)
+                init.uniform_(self.rela_gain, -bound, bound)
+            else:
+                init.ones_(self.rela_gain)
+        if self.norm == "layernorm":
+            init.zeros_(self.rela_bias)
+        if self.gated:
+            bound = math.sqrt(3.0 / self.embed_dim)
+            init.uniform_(self.rela_gate_weight, -bound, bound)
+
+    def activate(self, scores):
+        if self.activation == "relu":
+            return F.relu(scores)
+        if self.activation == "gelu":
+            return F.gelu(scores)
+        return F.leaky_relu(scores, self.leaky_slope)
+
+    def attend(self, q, k, v, keep, output_attentions=False):
+        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
+        weights = self.activate(scores) * keep  # Eq. 3, multiplicative 0/1 mask
+        ctx = torch.matmul(F.dropout(weights, p=self.attn_dropout, training=self.training), v)
+        return ctx, weights
+
+    def post_merge(self, o):
+        if self.norm == "none":
+            return o
+        with float32_autocast_off(o):
+            z = o.float()
+            if self.norm == "rmsnorm":  # Eq. 4
+                y = z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + self.eps) * self.rela_gain.float()
+            else:  # LayerNorm (Table 1 row 8)
+                y = F.layer_norm(z, (z.shape[-1],), self.rela_gain.float(), self.rela_bias.float(), eps=self.eps)
+            if self.gated:  # Eq. 5: the gate reads the un-normalised z
+                y = y * torch.sigmoid(self.rela_gate_weight.float() * z)
+        return y.to(o.dtype)

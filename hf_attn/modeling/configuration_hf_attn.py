@@ -1,0 +1,141 @@
+"""Configurations: Marian / BART configs plus a choice of attention variant per site and layer.
+
+Sites: ``encoder_attention`` (encoder self-attention), ``decoder_attention`` (decoder self-attention),
+``cross_attention`` (encoder-decoder attention). Each is a variant name from the registry, or a list with one
+name per layer. ``*_attention_layers`` optionally restricts a site's variant to some layers (others: softmax).
+Variant hyperparameters are flat fields (``rela_norm``, ``gmm_num_components``, ...) with the papers' defaults,
+declared by each variant's ``config_defaults``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from huggingface_hub.dataclasses import strict
+from transformers import BartConfig, MarianConfig
+
+from .attention_base import SITES, HfAttnConfigError
+from .presets import PRESETS
+from .registry import ATTENTION_VARIANTS
+
+
+def variant_defaults() -> dict:
+    """Every variant hyperparameter with its default, gathered from the registry."""
+    out = {}
+    for cls in ATTENTION_VARIANTS.values():
+        out.update(cls.config_defaults)
+    return out
+
+
+def _close_matches(value, choices) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(value), list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclass(repr=False)
+class HfAttnConfigMixin:
+    """Fields and validation shared by `HfAttnMarianConfig` and `HfAttnBartConfig`."""
+
+    encoder_attention: str | list = "softmax"
+    decoder_attention: str | list = "softmax"
+    cross_attention: str | list = "softmax"
+    encoder_attention_layers: list | None = None
+    decoder_attention_layers: list | None = None
+    cross_attention_layers: list | None = None
+    preset: str | None = None
+
+    def __post_init__(self, **kwargs):
+        defaults = variant_defaults()
+        unknown = [k for k in kwargs if k.split("_")[0] in _variant_prefixes() and k not in defaults]
+        if unknown:
+            raise HfAttnConfigError(
+                f"unknown attention hyperparameter {unknown[0]!r}{_close_matches(unknown[0], defaults)}; "
+                f"valid ones: {sorted(defaults)}"
+            )
+        for key, value in defaults.items():
+            kwargs.setdefault(key, getattr(self, key, value))
+        super().__post_init__(**kwargs)
+        self.keys_to_ignore_at_inference = ["past_key_values", "aux_loss", "aux_logs"]
+        self.validate_attention()
+
+    # ---- layout ---------------------------------------------------------------------------------------------
+    def num_layers(self, site: str) -> int:
+        return self.encoder_layers if site == "encoder" else self.decoder_layers
+
+    def attention_variant(self, site: str, layer: int) -> str:
+        """The variant name used at ``site`` ('encoder' | 'decoder' | 'cross') in layer ``layer``."""
+        choice = getattr(self, f"{site}_attention")
+        if isinstance(choice, (list, tuple)):
+            return choice[layer]
+        layers = getattr(self, f"{site}_attention_layers")
+        if layers is not None and layer not in layers:
+            return "softmax"
+        return choice
+
+    def attention_layout(self) -> dict[str, list[str]]:
+        """``{'encoder': [variant per layer], 'decoder': [...], 'cross': [...]}``."""
+        return {s: [self.attention_variant(s, i) for i in range(self.num_layers(s))] for s in SITES}
+
+    def validate_attention(self) -> None:
+        """One clear error for a bad site variant, layer list or hyperparameter."""
+        for site in SITES:
+            key, n = f"{site}_attention", self.num_layers(site)
+            choice = getattr(self, key)
+            names = list(choice) if isinstance(choice, (list, tuple)) else [choice]
+            if isinstance(choice, (list, tuple)) and len(names) != n:
+                raise HfAttnConfigError(
+                    f"{key} lists {len(names)} variants but the model has {n} layers there: give one name per layer "
+                    "or a single name"
+                )
+            for name in names:
+                if name not in ATTENTION_VARIANTS:
+                    raise HfAttnConfigError(
+                        f"{key}={name!r} is not an attention variant{_close_matches(name, ATTENTION_VARIANTS)}; "
+                        f"valid variants: {sorted(ATTENTION_VARIANTS)}"
+                    )
+                cls = ATTENTION_VARIANTS[name]
+                if site not in cls.sites:
+                    ok = sorted(v for v, c in ATTENTION_VARIANTS.items() if site in c.sites)
+                    raise HfAttnConfigError(
+                        f"{key}={name!r}: variant {name!r} only supports the {list(cls.sites)} site(s); "
+                        f"variants for {site}: {ok}"
+                    )
+            layers = getattr(self, f"{key}_layers")
+            if layers is not None:
+                bad = [i for i in layers if not isinstance(i, int) or not 0 <= i < n]
+                if bad or isinstance(choice, (list, tuple)):
+                    raise HfAttnConfigError(
+                        f"{key}_layers={layers!r}: need layer indices in 0..{n - 1} and a single {key} name"
+                    )
+        for cls in ATTENTION_VARIANTS.values():  # every hyperparameter is checked, used here or not
+            cls.validate_config(self)
+
+    # ---- presets --------------------------------------------------------------------------------------------
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        """Build a config from a named preset (see `hf_attn.PRESETS`); ``overrides`` win over the preset."""
+        if name not in PRESETS:
+            raise HfAttnConfigError(
+                f"unknown preset {name!r}{_close_matches(name, PRESETS)}; valid presets: {sorted(PRESETS)}"
+            )
+        return cls(**{**PRESETS[name].overrides, "preset": name, **overrides})
+
+
+def _variant_prefixes() -> set[str]:
+    return {key.split("_")[0] for key in variant_defaults()}
+
+
+@strict
+class HfAttnMarianConfig(HfAttnConfigMixin, MarianConfig):
+    """`MarianConfig` with a choice of attention variant per site and layer."""
+
+    model_type = "hf_attn_marian"
+
+
+@strict
+class HfAttnBartConfig(HfAttnConfigMixin, BartConfig):
+    """`BartConfig` with a choice of attention variant per site and layer."""
+
+    model_type = "hf_attn_bart"

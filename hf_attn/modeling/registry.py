@@ -1,0 +1,16 @@
+"""The one registry: variant name -> attention mixin. Adding a paper = one new ``attention_*.py`` + one line here."""
+
+from __future__ import annotations
+
+from .attention_rela import RelaAttention
+from .attention_softmax import Entmax15Attention, SoftmaxAttention, SparsemaxAttention
+
+ATTENTION_VARIANTS = {
+    cls.variant: cls
+    for cls in (
+        SoftmaxAttention,
+        SparsemaxAttention,
+        Entmax15Attention,
+        RelaAttention,
+    )
+}
