@@ -1,0 +1,73 @@
+"""Shared fixtures: tiny Marian/BART configs and batches (offline, CPU, seconds)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import hf_attn  # noqa: E402
+
+VOCAB = 64
+PAD, EOS, BOS = 1, 2, 0
+
+TINY = dict(
+    vocab_size=VOCAB,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    pad_token_id=PAD,
+    eos_token_id=EOS,
+    forced_eos_token_id=EOS,
+    dropout=0.0,
+    attention_dropout=0.0,
+)
+BASE_DEFAULTS = {
+    "marian": dict(decoder_start_token_id=PAD),
+    "bart": dict(bos_token_id=BOS, decoder_start_token_id=EOS, forced_bos_token_id=None),
+}
+
+
+def tiny_config(base: str, preset: str = "softmax", **overrides):
+    cls = hf_attn.HfAttnMarianConfig if base == "marian" else hf_attn.HfAttnBartConfig
+    return cls.from_preset(preset, **{**TINY, **BASE_DEFAULTS[base], **overrides})
+
+
+def tiny_model(base: str, preset: str = "softmax", seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    cls = hf_attn.HfAttnMarianMTModel if base == "marian" else hf_attn.HfAttnBartForConditionalGeneration
+    return cls(tiny_config(base, preset, **overrides)).eval()
+
+
+def tiny_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, seed: int = 1):
+    """Right-padded source/target ids with EOS, lengths varying (one source of a single token + EOS)."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, VOCAB, (batch, src_len), generator=g)
+    tgt = torch.randint(3, VOCAB, (batch, tgt_len), generator=g)
+    src_lens = [src_len, max(2, src_len - 3), 2][:batch] + [src_len] * max(0, batch - 3)
+    tgt_lens = [tgt_len, max(2, tgt_len - 2), 3][:batch] + [tgt_len] * max(0, batch - 3)
+    mask = torch.zeros_like(src)
+    for i, n in enumerate(src_lens):
+        src[i, n - 1] = EOS
+        src[i, n:] = PAD
+        mask[i, :n] = 1
+    labels = tgt.clone()
+    for i, n in enumerate(tgt_lens):
+        labels[i, n - 1] = EOS
+        labels[i, n:] = -100
+    return {"input_ids": src, "attention_mask": mask, "labels": labels}
+
+
+@pytest.fixture
+def batch():
+    return tiny_batch()

@@ -1,0 +1,132 @@
+"""The contract every preset meets, on Marian and on BART.
+
+training step (finite loss, a finite gradient on every trainable parameter) ; beam search ; cached == uncached
+greedy decoding ; output_attentions returns the variant's weights ; save_pretrained -> trust_remote_code load in a
+fresh process that cannot import hf_attn gives identical logits (safetensors weights).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import tiny_batch, tiny_model
+
+import hf_attn
+
+BASES = ("marian", "bart")
+PRESET_NAMES = sorted(hf_attn.PRESETS)
+CASES = [(b, p) for b in BASES for p in PRESET_NAMES]
+IDS = [f"{b}-{p}" for b, p in CASES]
+
+
+@pytest.mark.parametrize("base,preset", CASES, ids=IDS)
+def test_training_step(base, preset):
+    model = tiny_model(base, preset, dropout=0.1, attention_dropout=0.1).train()
+    out = model(**tiny_batch())
+    assert torch.isfinite(out.loss), out.loss
+    out.loss.backward()
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None, f"{name} gets no gradient"
+            assert torch.isfinite(p.grad).all(), f"{name} has a non-finite gradient"
+
+
+@pytest.mark.parametrize("base,preset", CASES, ids=IDS)
+def test_beam_search_and_cache_agreement(base, preset):
+    model = tiny_model(base, preset)
+    b = tiny_batch()
+    src = dict(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+    beams = model.generate(**src, num_beams=4, max_new_tokens=8, do_sample=False)
+    assert beams.shape[0] == 3 and beams.shape[1] <= 9
+    kw = dict(num_beams=1, do_sample=False, max_new_tokens=8, min_new_tokens=8, output_scores=True, return_dict_in_generate=True)
+    cached = model.generate(**src, use_cache=True, **kw)
+    uncached = model.generate(**src, use_cache=False, **kw)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    for s_c, s_u in zip(cached.scores, uncached.scores):
+        torch.testing.assert_close(s_c, s_u, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("base,preset", CASES, ids=IDS)
+def test_output_attentions_are_the_variants(base, preset):
+    model = tiny_model(base, preset)
+    b = tiny_batch()
+    out = model(**b, output_attentions=True)
+    layout = model.config.attention_layout()
+    groups = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    for site, weights in groups.items():
+        assert len(weights) == len(layout[site])
+        for variant, w in zip(layout[site], weights):
+            assert w is not None and w.dim() == 4 and torch.isfinite(w).all(), (site, variant)
+            if variant in ("rela",) and model.config.rela_activation == "relu":
+                assert (w == 0).any(), "ReLA weights must contain exact zeros"
+            if variant in ("softmax", "sparsemax", "entmax15"):
+                real_rows = w.sum(-1)[w.sum(-1) > 0]
+                torch.testing.assert_close(real_rows, torch.ones_like(real_rows), rtol=1e-4, atol=1e-4)
+            if variant in ("sparsemax", "entmax15"):
+                assert (w == 0).any(), f"{variant} weights must be sparse"
+
+
+FRESH_LOADER = textwrap.dedent(
+    """
+    import json, sys, importlib.abc
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "hf_attn" or name.startswith("hf_attn."):
+                raise ImportError("hf_attn must not be importable here")
+    sys.meta_path.insert(0, Block())
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+    jobs = json.loads(sys.argv[1])
+    for job in jobs:
+        model = AutoModelForSeq2SeqLM.from_pretrained(job["dir"], trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        batch = torch.load(job["batch"])
+        with torch.no_grad():
+            logits = model(**batch).logits
+        torch.save({"logits": logits, "class": type(model).__name__}, job["out"])
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def fresh_process_logits(tmp_path_factory):
+    """Save every preset, load them all in ONE fresh process that cannot import hf_attn, return its logits."""
+    root = tmp_path_factory.mktemp("roundtrip")
+    jobs, expected = [], {}
+    b = tiny_batch()
+    batch = {k: b[k] for k in ("input_ids", "attention_mask")} | {"decoder_input_ids": b["labels"].clamp(min=3)}
+    torch.save(batch, root / "batch.pt")
+    for base, preset in CASES:
+        model = tiny_model(base, preset)
+        d = root / f"{base}-{preset}"
+        model.save_pretrained(d)
+        with torch.no_grad():
+            expected[(base, preset)] = model(**batch).logits
+        jobs.append({"dir": str(d), "batch": str(root / "batch.pt"), "out": str(d / "fresh_logits.pt")})
+    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(root / "modules"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", FRESH_LOADER, json.dumps(jobs)], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root, expected
+
+
+@pytest.mark.parametrize("base,preset", CASES, ids=IDS)
+def test_hub_format_roundtrip_in_fresh_process(fresh_process_logits, base, preset):
+    root, expected = fresh_process_logits
+    d = root / f"{base}-{preset}"
+    files = {p.name for p in d.iterdir()}
+    assert "model.safetensors" in files and "pytorch_model.bin" not in files
+    assert {"configuration_hf_attn.py", "modeling_hf_attn.py", "attention_base.py", "registry.py"} <= files
+    config = json.loads((d / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"].endswith("ForConditionalGeneration") or config["auto_map"][
+        "AutoModelForSeq2SeqLM"
+    ].endswith("MTModel")
+    assert config["preset"] == preset
+    fresh = torch.load(d / "fresh_logits.pt")
+    torch.testing.assert_close(fresh["logits"], expected[(base, preset)], rtol=0, atol=1e-6)
