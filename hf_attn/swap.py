@@ -21,12 +21,10 @@ _ATTENTION_KEYS = {f"{s}_attention{x}" for s in ("encoder", "decoder", "cross") 
 
 
 def _target_classes(model):
-    if isinstance(model, MarianMTModel) or getattr(model.config, "model_type", None) in ("marian", "hf_attn_marian"):
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if isinstance(model, MarianMTModel) or model_type in ("marian", "hf_attn_marian"):
         return HfAttnMarianConfig, HfAttnMarianMTModel
-    if isinstance(model, BartForConditionalGeneration) or getattr(model.config, "model_type", None) in (
-        "bart",
-        "hf_attn_bart",
-    ):
+    if isinstance(model, BartForConditionalGeneration) or model_type in ("bart", "hf_attn_bart"):
         return HfAttnBartConfig, HfAttnBartForConditionalGeneration
     raise HfAttnConfigError(
         f"swap_attention supports MarianMTModel and BartForConditionalGeneration, got {type(model).__name__}; "

@@ -1,0 +1,219 @@
+"""Core behaviour: equivalence with vanilla models, checkpoint conversion, registration, errors, numerics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import BASE_DEFAULTS, TINY, tiny_batch, tiny_config, tiny_model
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    BartConfig,
+    BartForConditionalGeneration,
+    MarianConfig,
+    MarianMTModel,
+)
+
+import hf_attn
+from hf_attn.modeling import attention_softmax
+from hf_attn.modeling.attention_base import HfAttnConfigError, VariantAttention, attention_class
+from hf_attn.modeling.attention_rela import RelaAttention
+from transformers.models.marian.modeling_marian import MarianAttention
+
+VANILLA = {
+    "marian": (MarianConfig, MarianMTModel),
+    "bart": (BartConfig, BartForConditionalGeneration),
+}
+
+
+def vanilla_model(base, seed=0):
+    torch.manual_seed(seed)
+    config_cls, model_cls = VANILLA[base]
+    return model_cls(config_cls(**TINY, **BASE_DEFAULTS[base])).eval()
+
+
+@pytest.mark.parametrize("base", ["marian", "bart"])
+def test_softmax_preset_matches_vanilla_logits(base):
+    vanilla = vanilla_model(base)
+    ours = tiny_model(base, "softmax")
+    missing, unexpected = ours.load_state_dict(vanilla.state_dict(), strict=True)
+    b = tiny_batch()
+    with torch.no_grad():
+        expected = vanilla(**b).logits
+        got = ours(**b).logits
+    assert (got - expected).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("base", ["marian", "bart"])
+def test_swap_attention_on_saved_vanilla_checkpoint(base, tmp_path):
+    vanilla = vanilla_model(base, seed=3)
+    vanilla.save_pretrained(tmp_path / "vanilla")
+    b = tiny_batch()
+    with torch.no_grad():
+        expected = vanilla(**b).logits
+
+    soft = hf_attn.swap_attention(str(tmp_path / "vanilla"), "softmax").eval()
+    assert soft.config.model_type == f"hf_attn_{base}"
+    with torch.no_grad():
+        assert (soft(**b).logits - expected).abs().max() < 1e-5
+
+    rela = hf_attn.swap_attention(vanilla, "rela-g", rela_gain_init="ones")
+    ref = vanilla.state_dict()
+    copied = [k for k in rela.state_dict() if k in ref]
+    assert any("q_proj" in k for k in copied) and any("fc1" in k for k in copied)
+    for key in copied:
+        assert torch.equal(rela.state_dict()[key], ref[key]), key
+    new = set(rela.state_dict()) - set(ref)
+    assert new and all("rela_" in k for k in new)
+    # the architecture is the checkpoint's, the attention is the preset's
+    assert rela.config.d_model == vanilla.config.d_model and rela.config.encoder_attention == "rela"
+
+
+def test_swap_attention_rejects_other_models():
+    with pytest.raises(HfAttnConfigError, match="MarianMTModel and BartForConditionalGeneration"):
+        hf_attn.swap_attention(torch.nn.Linear(2, 2), "rela-g")
+
+
+def test_import_registers_auto_classes(tmp_path):
+    config = tiny_config("marian", "rela-g")
+    assert type(AutoConfig.for_model("hf_attn_bart")) is hf_attn.HfAttnBartConfig
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    assert isinstance(model, hf_attn.HfAttnMarianMTModel)
+    model.save_pretrained(tmp_path)
+    again = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)  # in-process: no trust_remote_code needed
+    assert type(again) is hf_attn.HfAttnMarianMTModel
+    assert again.config._attn_implementation == "hf_attn"
+
+
+@pytest.mark.parametrize(
+    "overrides,pattern",
+    [
+        ({"encoder_attention": "relaa"}, r"encoder_attention='relaa' is not an attention variant \(did you mean 'rela'\?\)"),
+        ({"cross_attention": ["rela"]}, r"cross_attention lists 1 variants but the model has 2 layers"),
+        ({"decoder_attention_layers": [5]}, r"decoder_attention_layers=\[5\]: need layer indices in 0..1"),
+        ({"rela_norm": "batchnorm"}, r"rela_norm='batchnorm' is not valid; choose one of \['rmsnorm', 'layernorm', 'none'\]"),
+        ({"rela_eps": 0.0}, r"rela_eps=0.0 must be > 0"),
+        ({"rela_nrom": "rmsnorm"}, r"unknown attention hyperparameter 'rela_nrom' \(did you mean 'rela_norm'\?\)"),
+    ],
+)
+def test_bad_configuration_gives_one_clear_error(overrides, pattern):
+    with pytest.raises(HfAttnConfigError, match=pattern):
+        tiny_config("marian", "rela-g", **overrides)
+
+
+def test_unknown_preset_names_the_choices():
+    with pytest.raises(HfAttnConfigError, match=r"unknown preset 'rela-x'.*valid presets: \["):
+        hf_attn.HfAttnMarianConfig.from_preset("rela-x")
+
+
+def test_variant_on_unsupported_site(monkeypatch):
+    class CrossOnly(RelaAttention):
+        variant = "cross-only-test"
+        sites = ("cross",)
+        presets = ()
+
+    monkeypatch.setitem(hf_attn.ATTENTION_VARIANTS, "cross-only-test", CrossOnly)
+    with pytest.raises(HfAttnConfigError, match=r"variant 'cross-only-test' only supports the \['cross'\] site"):
+        tiny_config("marian", "softmax", encoder_attention="cross-only-test")
+    tiny_config("marian", "softmax", cross_attention="cross-only-test")  # the supported site is fine
+
+
+def test_layer_subsets_and_per_layer_lists():
+    config = tiny_config("marian", "rela-g", encoder_attention_layers=[1], decoder_attention=["softmax", "rela"])
+    assert config.attention_layout() == {
+        "encoder": ["softmax", "rela"],
+        "decoder": ["softmax", "rela"],
+        "cross": ["rela", "rela"],
+    }
+    model = hf_attn.HfAttnMarianMTModel(config)
+    assert [m.variant for m in model.attention_modules("encoder")] == ["softmax", "rela"]
+
+
+def test_missing_entmax_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(attention_softmax, "sparsemax", None)
+    with pytest.raises(ImportError, match=r"pip install entmax"):
+        tiny_model("marian", "sparsemax")
+
+
+def _module(mixin, **config_overrides):
+    config = tiny_config("marian", "softmax", **config_overrides)
+    cls = attention_class(MarianAttention, mixin)
+    module = cls(embed_dim=32, num_heads=4, config=config, layer_idx=0, site="cross")
+    from transformers import initialization as init
+
+    module.init_variant_weights(init)
+    return module.eval()
+
+
+@pytest.mark.parametrize("mixin", [attention_softmax.SparsemaxAttention, attention_softmax.Entmax15Attention])
+def test_entmax_family_float32_under_autocast_and_empty_rows(mixin, monkeypatch):
+    module = _module(mixin)
+    seen = []
+    original = mixin.normaliser
+
+    def spy(scores):
+        seen.append(scores.dtype)
+        return original(scores)
+
+    monkeypatch.setattr(mixin, "normaliser", staticmethod(spy))
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    keep = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    keep[1] = False  # a fully masked example: must not crash or NaN
+    keep[0, :, :, 3:] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ctx, weights = module.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), keep, output_attentions=True)
+    assert seen == [torch.float32]
+    assert torch.isfinite(ctx.float()).all() and torch.isfinite(weights.float()).all()
+    assert (weights[0, :, :, 3:] == 0).all()
+    torch.testing.assert_close(weights[0].float().sum(-1), torch.ones(4, 5), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("preset", ["rela-g", "rela-i", "rela-g-layernorm", "relu-rmsnorm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rela_null_rows_give_zeros_not_nan(preset, dtype):
+    model = tiny_model("marian", preset).to(dtype)
+    module = model.model.decoder.layers[0].encoder_attn
+    q = -torch.ones(2, 4, 3, 8, dtype=dtype)  # every score negative -> ReLU -> all-null rows
+    k = torch.ones(2, 4, 6, 8, dtype=dtype)
+    v = torch.randn(2, 4, 6, 8).to(dtype)
+    keep = torch.ones(2, 1, 3, 6, dtype=torch.bool)
+    ctx, weights = module.attend(q, k, v, keep)
+    assert (weights == 0).all() and (ctx == 0).all()
+    merged = module.post_merge(ctx.transpose(1, 2).reshape(2, 3, 32))
+    assert torch.isfinite(merged).all()
+    if preset != "rela-g-layernorm":  # LayerNorm adds its bias (zero at init)
+        assert (merged == 0).all()
+
+
+def test_rela_norm_runs_in_float32_under_autocast():
+    model = tiny_model("marian", "rela-g")
+    module = model.model.encoder.layers[0].self_attn
+    o = torch.randn(2, 3, 32).bfloat16() * 1e-3
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = module.post_merge(o)
+    z = o.float()
+    ref = z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-8) * torch.sigmoid(module.rela_gate_weight * z)
+    torch.testing.assert_close(y.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_rela_i_gain_init_is_uniform_in_the_papers_range():
+    model = tiny_model("marian", "rela-i")
+    gain = model.model.encoder.layers[0].self_attn.rela_gain
+    bound = (3 / 8) ** 0.5  # dh = 32 / 4
+    assert gain.abs().max() <= bound and gain.std() > 0.1 * bound
+    gate = tiny_model("marian", "rela-g").model.encoder.layers[0].self_attn.rela_gate_weight
+    assert gate.abs().max() <= (3 / 32) ** 0.5 and gate.std() > 0
+
+
+def test_variant_params_survive_reload_and_are_not_reinitialised(tmp_path):
+    model = tiny_model("marian", "rela-i")
+    model.save_pretrained(tmp_path)
+    again = hf_attn.HfAttnMarianMTModel.from_pretrained(tmp_path)
+    for (n, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), n
+
+
+def test_every_registered_variant_is_a_mixin():
+    for name, cls in hf_attn.ATTENTION_VARIANTS.items():
+        assert issubclass(cls, VariantAttention) and cls.variant == name
+        assert set(cls.sites) <= {"encoder", "decoder", "cross"}
