@@ -1,0 +1,227 @@
+#!/usr/bin/env python
+"""Speed and memory of attention presets against the `softmax` preset (SDPA), measured in the same run.
+
+For one model size, every preset is timed on
+  * a training step: forward + backward + AdamW step on a batch of `--batch` sentences of `--src-len`/`--tgt-len`
+    tokens, and
+  * beam-`--beams` decoding of `--decode-batch` sentences, forced to exactly `--decode-len` new tokens (so every
+    preset does the same work even with random weights).
+Rounds are interleaved (softmax, A, B, ..., softmax, A, B, ...) and repeated; the ratio of a preset is the median
+over rounds of t_softmax / t_preset in that round (> 1 = faster than softmax, the papers' convention, e.g. ReLA-g
+0.93x train). Peak memory is the growth of the process' peak RSS during one training step, each preset measured
+in a fresh subprocess (on CUDA: torch.cuda.max_memory_allocated).
+
+    python scripts/benchmark.py --presets softmax,rela-g,sparsemax --repeats 5 --output runs/bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+import hf_attn
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--presets", default="softmax,sparsemax,entmax15,rela-i,rela-g", help="comma list, or 'all'")
+    p.add_argument("--base", choices=["marian", "bart"], default="marian")
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=1024)
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--src-len", type=int, default=30)
+    p.add_argument("--tgt-len", type=int, default=30)
+    p.add_argument("--decode-batch", type=int, default=32)
+    p.add_argument("--decode-len", type=int, default=30)
+    p.add_argument("--beams", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-preset memory subprocesses")
+    p.add_argument("--no-decode", action="store_true", help="time training steps only")
+    p.add_argument("--output", default="runs/benchmark.json", help="JSON results (a .md table is written beside)")
+    p.add_argument("--_memory-of", dest="memory_of", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    names = sorted(hf_attn.PRESETS) if args.presets == "all" else [x.strip() for x in args.presets.split(",") if x]
+    for name in names:
+        if name not in hf_attn.PRESETS:
+            p.error(f"unknown preset {name!r}; valid presets: {sorted(hf_attn.PRESETS)}")
+    args.presets = ["softmax"] + [n for n in names if n != "softmax"]
+    return args
+
+
+def build(args, preset):
+    torch.manual_seed(0)
+    config_cls = hf_attn.HfAttnMarianConfig if args.base == "marian" else hf_attn.HfAttnBartConfig
+    model_cls = hf_attn.HfAttnMarianMTModel if args.base == "marian" else hf_attn.HfAttnBartForConditionalGeneration
+    config = config_cls.from_preset(
+        preset,
+        vocab_size=args.vocab,
+        d_model=args.d_model,
+        encoder_layers=args.layers,
+        decoder_layers=args.layers,
+        encoder_attention_heads=args.heads,
+        decoder_attention_heads=args.heads,
+        encoder_ffn_dim=args.ffn,
+        decoder_ffn_dim=args.ffn,
+        max_position_embeddings=max(512, args.src_len, args.tgt_len, args.decode_len + 2),
+        pad_token_id=1,
+        eos_token_id=2,
+        forced_eos_token_id=None,
+        decoder_start_token_id=1 if args.base == "marian" else 2,
+        bos_token_id=0,
+    )
+    model = model_cls(config).to(args.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return model, optimizer
+
+
+def make_batch(args, n, src_len, tgt_len=None):
+    g = torch.Generator().manual_seed(n * 1000 + src_len)
+    src = torch.randint(3, args.vocab, (n, src_len), generator=g)
+    src[:, -1] = 2
+    batch = {"input_ids": src, "attention_mask": torch.ones_like(src)}
+    if tgt_len:
+        batch["labels"] = torch.randint(3, args.vocab, (n, tgt_len), generator=g)
+    return {k: v.to(args.device) for k, v in batch.items()}
+
+
+def sync(args):
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def train_step(model, optimizer, batch):
+    model.train()
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+@torch.no_grad()
+def decode(args, model, batch):
+    model.eval()
+    return model.generate(
+        **batch,
+        num_beams=args.beams,
+        max_new_tokens=args.decode_len,
+        min_new_tokens=args.decode_len,
+        do_sample=False,
+        early_stopping=False,
+    )
+
+
+def timed(args, fn, *a):
+    sync(args)
+    start = time.perf_counter()
+    fn(*a)
+    sync(args)
+    return time.perf_counter() - start
+
+
+def peak_memory_mb(args) -> float:
+    """One training step of `args.memory_of` in this (fresh) process: peak memory growth in MiB."""
+    model, optimizer = build(args, args.memory_of)
+    batch = make_batch(args, args.batch, args.src_len, args.tgt_len)
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        train_step(model, optimizer, batch)
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    train_step(model, optimizer, batch)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+
+
+def memory_in_subprocess(args, preset, argv) -> float:
+    cmd = [sys.executable, __file__, *argv, "--_memory-of", preset]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.memory_of:
+        print(f"{peak_memory_mb(args):.1f}")
+        return None
+
+    models = {name: build(args, name) for name in tqdm(args.presets, desc="building models")}
+    train_batch = make_batch(args, args.batch, args.src_len, args.tgt_len)
+    decode_batch = make_batch(args, args.decode_batch, args.src_len)
+    kinds = ["train"] + ([] if args.no_decode else ["decode"])
+    times = {k: {n: [] for n in args.presets} for k in kinds}
+    for name, (model, opt) in models.items():  # warm-up round, not timed
+        train_step(model, opt, train_batch)
+        if not args.no_decode:
+            decode(args, model, decode_batch)
+    for _ in tqdm(range(args.repeats), desc="interleaved rounds"):
+        for name, (model, opt) in models.items():
+            times["train"][name].append(timed(args, train_step, model, opt, train_batch))
+            if not args.no_decode:
+                times["decode"][name].append(timed(args, decode, args, model, decode_batch))
+
+    results = {"settings": {k: v for k, v in vars(args).items() if k != "memory_of"}, "torch": torch.__version__}
+    results["threads"] = torch.get_num_threads()
+    rows = []
+    for name in args.presets:
+        row = {"preset": name, "params": sum(p.numel() for p in models[name][0].parameters())}
+        for kind in kinds:
+            ratios = [s / t for s, t in zip(times[kind]["softmax"], times[kind][name])]
+            row[f"{kind}_median_s"] = statistics.median(times[kind][name])
+            row[f"{kind}_ratio_vs_softmax"] = statistics.median(ratios)
+        if not args.no_memory:
+            row["train_peak_mem_mib"] = memory_in_subprocess(args, name, [a for a in argv if a])
+        rows.append(row)
+    results["rows"] = rows
+    table = render_table(args, rows, kinds)
+    print(table)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
+        f.write(table + "\n")
+    print(f"wrote {args.output}")
+    return results
+
+
+def render_table(args, rows, kinds) -> str:
+    head = (
+        f"{args.base} d_model={args.d_model} layers={args.layers}+{args.layers} heads={args.heads} ffn={args.ffn} "
+        f"vocab={args.vocab}; train batch {args.batch}x{args.src_len}/{args.tgt_len}; decode {args.decode_batch} "
+        f"sentences, beam {args.beams}, {args.decode_len} tokens; {args.repeats} interleaved rounds, median ratio "
+        f"t_softmax/t_preset (>1 = faster); device {args.device}, {torch.get_num_threads()} threads\n"
+    )
+    cols = ["preset", "params"]
+    for kind in kinds:
+        cols += [f"{kind} s (median)", f"{kind} speed vs softmax"]
+    if "train_peak_mem_mib" in rows[0]:
+        cols.append("train peak mem MiB")
+    lines = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = [r["preset"], f"{r['params'] / 1e6:.2f}M"]
+        for kind in kinds:
+            cells += [f"{r[f'{kind}_median_s']:.3f}", f"{r[f'{kind}_ratio_vs_softmax']:.2f}x"]
+        if "train_peak_mem_mib" in r:
+            cells.append(f"{r['train_peak_mem_mib']:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
