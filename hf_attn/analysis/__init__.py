@@ -1,0 +1,1 @@
+"""Analysis of learned attention (library code; never shipped to the Hub)."""

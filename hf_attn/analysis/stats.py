@@ -1,0 +1,196 @@
+"""What the attention learned: sparsity rate, null rate, entropy, head diversity, alignment error.
+
+Definitions follow the ReLA paper (Zhang, Titov & Sennrich 2021, Section 5):
+  * sparsity rate: share of attention weights that are exactly 0 among the visible (query, key) pairs;
+  * null rate: share of visible queries whose weights are all 0 (a head switched off for that query);
+  * entropy: of each row renormalised to sum 1 (null rows excluded), in nats;
+  * head diversity: generalised Jensen-Shannon divergence between the heads of a layer (Correia et al. 2019),
+    JS = H(mean_h p_h) - mean_h H(p_h), after re-softmax with temperature tau; a null row is a one-hot
+    distribution on a dummy slot (entropy 0);
+  * AER (Och & Ney 2003): 1 - (|A & S| + |A & P|) / (|A| + |S|), with A the argmax alignment of the
+    head-averaged attention of one layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SITE_OUTPUTS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
+
+
+@dataclass
+class SiteAttention:
+    """Weights of every layer at one site, with the masks that say which entries are real."""
+
+    weights: list[torch.Tensor]  # per layer [B, H, T, S]
+    keep: torch.Tensor  # [B, 1, T, S] bool: the (query, key) pairs a query may see
+
+
+@torch.no_grad()
+def collect_attentions(model, input_ids, attention_mask, labels=None, decoder_input_ids=None) -> dict:
+    """Run one teacher-forced forward pass and return ``{site: SiteAttention}`` for encoder/decoder/cross."""
+    model.eval()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        labels=labels,
+        decoder_input_ids=decoder_input_ids,
+        output_attentions=True,
+    )
+    if decoder_input_ids is None:
+        decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels=labels.clamp(min=0))
+    src_real = attention_mask.bool()
+    tgt_real = decoder_input_ids.ne(model.config.pad_token_id)
+    tgt_real[:, 0] = True  # the decoder start token may equal pad (Marian)
+    if labels is not None:
+        tgt_real &= labels.ne(-100)
+    causal = torch.ones(tgt_real.shape[1], tgt_real.shape[1], dtype=torch.bool, device=tgt_real.device).tril()
+    keeps = {
+        "encoder": src_real[:, None, :, None] & src_real[:, None, None, :],
+        "decoder": tgt_real[:, None, :, None] & tgt_real[:, None, None, :] & causal,
+        "cross": tgt_real[:, None, :, None] & src_real[:, None, None, :],
+    }
+    return {
+        site: SiteAttention([w.float() for w in getattr(out, name)], keeps[site])
+        for site, name in SITE_OUTPUTS.items()
+        if getattr(out, name, None)
+    }
+
+
+def _rows(w: torch.Tensor, keep: torch.Tensor):
+    keep = keep.expand_as(w)
+    valid_rows = keep.any(-1)  # [B, H, T]
+    return w * keep, keep, valid_rows
+
+
+def sparsity_rate(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Per head [H]: share of exactly-zero weights among visible pairs."""
+    w, keep, _ = _rows(w, keep)
+    zeros = ((w == 0) & keep).sum((0, 2, 3)).float()
+    return zeros / keep.sum((0, 2, 3)).clamp(min=1)
+
+
+def null_rate(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Per head [H]: share of visible queries whose whole row is zero."""
+    w, keep, valid = _rows(w, keep)
+    null = (w == 0).all(-1) & valid
+    return null.sum((0, 2)).float() / valid.sum((0, 2)).clamp(min=1)
+
+
+def entropy(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Per head [H]: mean entropy (nats) of the rows renormalised to sum 1; null rows excluded."""
+    w, keep, valid = _rows(w.clamp(min=0), keep)
+    total = w.sum(-1, keepdim=True)
+    live = valid & (total.squeeze(-1) > 0)
+    p = w / total.clamp(min=1e-12)
+    h = -(p * p.clamp(min=1e-12).log()).sum(-1)
+    return (h * live).sum((0, 2)) / live.sum((0, 2)).clamp(min=1)
+
+
+def head_diversity(w: torch.Tensor, keep: torch.Tensor, tau: float = 1.0, renormalise: bool = True) -> torch.Tensor:
+    """Scalar: generalised JSD between the heads of one layer, averaged over visible queries.
+
+    ``renormalise``: re-softmax the weights with temperature ``tau`` (for ReLA, whose rows are not distributions);
+    rows that are all zero become one-hot on a dummy slot. Use ``renormalise=False`` for softmax-family weights.
+    """
+    w, keep, valid = _rows(w, keep)
+    null = (w == 0).all(-1, keepdim=True)  # [B, H, T, 1]
+    if renormalise:
+        p = torch.softmax((w / tau).masked_fill(~keep, float("-inf")), dim=-1).nan_to_num(0.0)
+    else:
+        p = w
+    p = torch.cat([p * ~null, null.float()], dim=-1)  # dummy slot
+
+    def ent(x):
+        return -(x * x.clamp(min=1e-12).log()).sum(-1)
+
+    js = ent(p.mean(1)) - ent(p).mean(1)  # [B, T]
+    rows = valid.any(1)
+    return (js * rows).sum() / rows.sum().clamp(min=1)
+
+
+def layer_statistics(attn: dict, tau: float = 1.0) -> dict:
+    """``{site: [{"layer", "sparsity", "null_rate", "entropy", "head_diversity", per-head lists}, ...]}``."""
+    out = {}
+    for site, sa in attn.items():
+        rows = []
+        for i, w in enumerate(sa.weights):
+            is_dist = torch.allclose(
+                (w * sa.keep).sum(-1)[sa.keep.expand_as(w).any(-1)], torch.tensor(1.0), atol=1e-3
+            )
+            sp, nr, en = sparsity_rate(w, sa.keep), null_rate(w, sa.keep), entropy(w, sa.keep)
+            rows.append(
+                {
+                    "layer": i,
+                    "sparsity": sp.mean().item(),
+                    "null_rate": nr.mean().item(),
+                    "entropy": en.mean().item(),
+                    "head_diversity": head_diversity(w, sa.keep, tau, renormalise=not is_dist).item(),
+                    "sparsity_per_head": sp.tolist(),
+                    "null_rate_per_head": nr.tolist(),
+                }
+            )
+        out[site] = rows
+    return out
+
+
+def alignment_from_attention(w: torch.Tensor, keep: torch.Tensor) -> set[tuple[int, int]]:
+    """Argmax alignment {(source j, target i)} of one sentence's head-averaged cross-attention ``[H, T, S]``."""
+    keep = keep.expand_as(w)
+    mean = (w * keep).mean(0)
+    rows = keep.any(0).any(-1)
+    return {(int(mean[i].argmax()), i) for i in range(mean.shape[0]) if rows[i] and mean[i].max() > 0}
+
+
+def alignment_error_rate(predicted: set, sure: set, possible: set | None = None) -> float:
+    """AER = 1 - (|A & S| + |A & P|) / (|A| + |S|) (Och & Ney 2003); P includes S."""
+    possible = set(possible or ()) | set(sure)
+    if not predicted and not sure:
+        return 0.0
+    return 1.0 - (len(predicted & sure) + len(predicted & possible)) / (len(predicted) + len(sure))
+
+
+def plot_layer_statistics(stats: dict, path, title: str = ""):
+    """One panel per statistic, one line per site, layers on the x axis (like the ReLA paper's Figures 3 and 6)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ["sparsity", "null_rate", "entropy", "head_diversity"]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
+    for ax, key in zip(axes, keys):
+        for site, rows in stats.items():
+            ax.plot([r["layer"] + 1 for r in rows], [r[key] for r in rows], marker="o", label=site)
+        ax.set_title(key.replace("_", " "))
+        ax.set_xlabel("layer")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_attention_heads(w: torch.Tensor, src_tokens, tgt_tokens, path, title: str = ""):
+    """Heatmaps of one sentence's attention ``[H, T, S]``, one panel per head (null rows show as empty rows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads = w.shape[0]
+    fig, axes = plt.subplots(1, heads, figsize=(3.2 * heads, 0.25 * len(tgt_tokens) + 2), squeeze=False)
+    for h, ax in enumerate(axes[0]):
+        ax.imshow(w[h, : len(tgt_tokens), : len(src_tokens)].float().cpu().numpy(), cmap="Blues", aspect="auto")
+        ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(tgt_tokens)), tgt_tokens if h == 0 else [""] * len(tgt_tokens), fontsize=6)
+        ax.set_title(f"head {h}")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
