@@ -1,0 +1,168 @@
+"""``hf-attn``: train, evaluate, translate, push, list presets and Bible translations.
+
+    hf-attn train [--preset rela-g] [--base marian|bart] [--source de --target en | --train_file F ... |
+                  --dataset ID] [every Seq2SeqTrainingArguments / model config field] [--minutes 12] --output_dir DIR
+    hf-attn evaluate DIR [--split test | --test_file F]
+    hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
+    hf-attn push DIR REPO_ID [--private]
+    hf-attn presets
+    hf-attn corpora
+
+Bad input gives one line ``hf-attn: error: ...`` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+COMMANDS = ("train", "evaluate", "translate", "push", "presets", "corpora")
+
+
+def _usage() -> str:
+    return (__doc__ or "").strip()
+
+
+def _errors():
+    from .errors import HfAttnInputError
+
+    classes = [HfAttnInputError]
+    try:
+        from .modeling import HfAttnConfigError
+
+        classes.append(HfAttnConfigError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(classes)
+
+
+def cmd_presets(argv) -> int:
+    from . import PRESETS
+
+    argparse.ArgumentParser(prog="hf-attn presets", description="list the attention presets").parse_args(argv)
+    width = max(len(n) for n in PRESETS)
+    for name, p in PRESETS.items():
+        print(f"{name:<{width}}  {p.description}")
+    return 0
+
+
+def cmd_corpora(argv) -> int:
+    from .data.bible import describe_translations
+
+    argparse.ArgumentParser(prog="hf-attn corpora", description="list the Bible translations (--source/--target codes)").parse_args(argv)
+    print(describe_translations())
+    return 0
+
+
+def cmd_train(argv) -> int:
+    from .training.args import parse_train_args
+    from .training.run import train
+
+    hargs, targs, overrides, given = parse_train_args(argv)
+    train(hargs, targs, overrides, given)
+    return 0
+
+
+def cmd_evaluate(argv) -> int:
+    from .training.run import evaluate_dir
+
+    ap = argparse.ArgumentParser(prog="hf-attn evaluate", description="re-score a saved model (BLEU/chrF, sacrebleu)")
+    ap.add_argument("model_dir")
+    ap.add_argument("--split", default="test", choices=["test", "validation", "train"])
+    ap.add_argument("--test_file", "--test-file", default=None, help="score on this file instead (.jsonl/.tsv)")
+    ap.add_argument("--source", default=None)
+    ap.add_argument("--target", default=None)
+    ap.add_argument("--num_beams", "--num-beams", "--beam", type=int, default=None)
+    ap.add_argument("--length_penalty", "--length-penalty", type=float, default=None)
+    ap.add_argument("--batch_size", "--batch-size", type=int, default=32)
+    ap.add_argument("--max_samples", "--max-samples", type=int, default=None)
+    a = ap.parse_args(argv)
+    out = evaluate_dir(a.model_dir, a.split, a.test_file, a.source, a.target, a.num_beams, a.length_penalty,
+                       a.batch_size, a.max_samples)
+    print(f"BLEU {out['bleu']:.2f} / chrF {out['chrf']:.2f} on {out['sentences']} sentences ({out['data']}), "
+          f"beam {out['num_beams']} | {out['bleu_signature']}")
+    print(json.dumps(out))
+    return 0
+
+
+def cmd_translate(argv) -> int:
+    from .errors import HfAttnInputError
+    from .training.generate import translate_texts
+    from .training.run import load_model_dir
+
+    ap = argparse.ArgumentParser(prog="hf-attn translate", description="translate stdin or a file, one sentence per line")
+    ap.add_argument("model_dir")
+    ap.add_argument("--input", "-i", default=None, help="input file (default: stdin)")
+    ap.add_argument("--output", "-o", default=None, help="output file (default: stdout)")
+    ap.add_argument("--num_beams", "--num-beams", "--beam", type=int, default=None)
+    ap.add_argument("--length_penalty", "--length-penalty", type=float, default=None)
+    ap.add_argument("--batch_size", "--batch-size", type=int, default=32)
+    a = ap.parse_args(argv)
+    if a.input and not os.path.isfile(a.input):
+        raise HfAttnInputError(f"--input {a.input!r}: no such file; give a text file with one sentence per line")
+    model, tokenizer = load_model_dir(a.model_dir)
+    if a.input:
+        with open(a.input, encoding="utf-8") as f:
+            lines = [x.rstrip("\n") for x in f]
+    else:
+        lines = [x.rstrip("\n") for x in sys.stdin]
+    gc = model.generation_config
+    hyps = translate_texts(model, tokenizer, lines, num_beams=a.num_beams or gc.num_beams or 4,
+                           length_penalty=a.length_penalty if a.length_penalty is not None else (gc.length_penalty or 1.0),
+                           batch_size=a.batch_size, progress=len(lines) > 64)
+    text = "\n".join(hyps) + ("\n" if hyps else "")
+    if a.output:
+        with open(a.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_push(argv) -> int:
+    from .training.hub import push_model_dir
+
+    ap = argparse.ArgumentParser(prog="hf-attn push", description="upload a trained model directory to the Hub")
+    ap.add_argument("model_dir")
+    ap.add_argument("repo_id")
+    ap.add_argument("--private", action="store_true")
+    ap.add_argument("--token", default=None)
+    ap.add_argument("--revision", default=None)
+    ap.add_argument("--commit_message", "--commit-message", default=None)
+    a = ap.parse_args(argv)
+    info = push_model_dir(a.model_dir, a.repo_id, private=a.private or None, token=a.token,
+                          commit_message=a.commit_message, revision=a.revision)
+    print(f"pushed {a.model_dir} to {getattr(info, 'commit_url', None) or a.repo_id}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(cmd, COMMANDS, n=1)
+        print(f"hf-attn: error: unknown command {cmd!r}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+              f"valid: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    handler = {"train": cmd_train, "evaluate": cmd_evaluate, "translate": cmd_translate, "push": cmd_push,
+               "presets": cmd_presets, "corpora": cmd_corpora}[cmd]
+    try:
+        return handler(rest)
+    except _errors() as e:
+        msg = " ".join(str(e).split())
+        print(f"hf-attn: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hf-attn: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Command-line arguments for ``hf-attn train``, parsed by transformers' `HfArgumentParser`.
+
+Three dataclasses: `HfAttnArguments` (data, preset, time budget, decoding), every `Seq2SeqTrainingArguments`
+field, and every model config field (`model_config_arguments(base)`: built from the config dataclass, all
+defaulting to None = "the preset's / hf-attn's default"). Each field is a flag under its own name, with
+underscores or dashes: ``--max_steps 50 --d_model 256 --encoder-layers 3 --output_dir DIR``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+# hf-attn's defaults for the main job (DATA.md's reference setup: vanilla Marian d_model 256, 3+3 layers,
+# 4 heads, FFN 1024, lr 1e-3 inverse-sqrt, 300 warm-up steps, label smoothing 0.1, batch 64 verses).
+TRAINING_DEFAULTS = dict(
+    learning_rate=1e-3, lr_scheduler_type="inverse_sqrt", warmup_steps=300, label_smoothing_factor=0.1,
+    per_device_train_batch_size=64, per_device_eval_batch_size=32, adam_beta2=0.98, weight_decay=0.0,
+    max_grad_norm=1.0, logging_steps=25, logging_first_step=True, save_strategy="steps", save_steps=100,
+    save_total_limit=2, eval_strategy="no", report_to="none", seed=42, predict_with_generate=True,
+    train_sampling_strategy="group_by_length", dataloader_num_workers=0, dataloader_pin_memory=False,
+)
+MODEL_DEFAULTS = dict(
+    d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
+    encoder_ffn_dim=1024, decoder_ffn_dim=1024, max_position_embeddings=512, dropout=0.1, attention_dropout=0.0,
+    activation_dropout=0.0, activation_function="swish",
+)
+BART_MODEL_DEFAULTS = dict(MODEL_DEFAULTS, activation_function="gelu")
+DEFAULT_MINUTES = 12.0
+
+# config fields that are not flags: set from the tokenizer, by hf-attn, or meaningless for training
+_SKIP_CONFIG_FIELDS = {
+    "transformers_version", "architectures", "output_hidden_states", "return_dict", "dtype",
+    "chunk_size_feed_forward", "is_encoder_decoder", "id2label", "label2id", "problem_type", "is_decoder",
+    "vocab_size", "decoder_vocab_size", "pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id",
+    "forced_eos_token_id", "forced_bos_token_id", "preset", "num_labels", "use_cache",
+}
+LIST_FIELDS = ("encoder_attention", "decoder_attention", "cross_attention")
+LAYER_FIELDS = ("encoder_attention_layers", "decoder_attention_layers", "cross_attention_layers")
+
+
+@dataclass
+class HfAttnArguments:
+    """hf-attn's own flags (the rest are Seq2SeqTrainingArguments and model config fields)."""
+
+    preset: str = field(default="rela-g", metadata={"help": "attention preset (`hf-attn presets` lists them)"})
+    base: str = field(default="marian", metadata={"help": "base architecture: marian or bart",
+                                                  "choices": ["marian", "bart"]})
+    corpus: Optional[str] = field(default=None, metadata={"help": "'bible' (the default data when no file/dataset is given)"})
+    source: Optional[str] = field(default=None, metadata={"help": "source language: Bible language/translation "
+                                  "code (default de = Elberfelder), or the key in the files/dataset"})
+    target: Optional[str] = field(default=None, metadata={"help": "target language (Bible default en = World English Bible)"})
+    train_file: Optional[str] = field(default=None, metadata={"help": "JSON lines ({'translation': {...}}), TSV or parallel-text prefix"})
+    validation_file: Optional[str] = field(default=None, metadata={"help": "validation data (default: last 5%% of train)"})
+    test_file: Optional[str] = field(default=None, metadata={"help": "test data (default: validation)"})
+    dataset: Optional[str] = field(default=None, metadata={"help": "a `datasets` dataset with a translation column (Hub id or save_to_disk dir)"})
+    dataset_config_name: Optional[str] = field(default=None, metadata={"help": "dataset config, e.g. de-en"})
+    init_from: Optional[str] = field(default=None, metadata={"help": "warm-start from this vanilla Marian/BART or hf-attn checkpoint (its tokenizer too) via swap_attention"})
+    minutes: Optional[float] = field(default=None, metadata={"help": f"wall-clock training budget in minutes (default {DEFAULT_MINUTES:g} when neither --max_steps nor --num_train_epochs is given)"})
+    resume: bool = field(default=False, metadata={"help": "resume from the last checkpoint in --output_dir"})
+    vocab_size: int = field(default=8000, metadata={"help": "SentencePiece vocabulary size (joint, trained on the training split)"})
+    spm_model_type: str = field(default="unigram", metadata={"help": "unigram or bpe", "choices": ["unigram", "bpe"]})
+    tokenizer_name: Optional[str] = field(default=None, metadata={"help": "use this saved tokenizer instead of training one"})
+    cache_dir: Optional[str] = field(default=None, metadata={"help": "tokenizer cache (default $HF_ATTN_CACHE or ~/.cache/hf_attn)"})
+    max_source_length: int = field(default=128, metadata={"help": "longer training pairs are dropped, longer test inputs truncated"})
+    max_target_length: int = field(default=128, metadata={"help": "longer training pairs are dropped"})
+    max_length_ratio: Optional[float] = field(default=3.0, metadata={"help": "drop training pairs whose token lengths differ more than this factor (0: keep all)"})
+    max_train_samples: Optional[int] = field(default=None, metadata={"help": "use only the first N training pairs"})
+    max_eval_samples: Optional[int] = field(default=None, metadata={"help": "use only the first N validation pairs"})
+    max_predict_samples: Optional[int] = field(default=None, metadata={"help": "use only the first N test pairs"})
+    num_beams: int = field(default=4, metadata={"help": "beam size for the test translation", "aliases": ["--beam"]})
+    length_penalty: float = field(default=1.0, metadata={"help": "beam search length penalty"})
+    generation_max_new_tokens: int = field(default=256, metadata={"help": "upper bound on generated tokens per sentence"})
+    hub_repo_id: Optional[str] = field(default=None, metadata={"help": "with --push_to_hub: the repo (default --hub_model_id)"})
+
+
+def _flag_type(tp) -> type | None:
+    s = tp if isinstance(tp, str) else getattr(tp, "__name__", None) if isinstance(tp, type) else str(tp)
+    s = str(s)
+    if any(x in s for x in ("dict", "Literal", "dtype", "list[")):
+        return None
+    if "bool" in s:
+        return bool
+    if "float" in s:
+        return float
+    if "int" in s:
+        return int
+    if "str" in s or "list" in s:
+        return str
+    return None
+
+
+def model_config_arguments(base: str = "marian"):
+    """A dataclass with one Optional field per config field of the base (and every variant hyperparameter)."""
+    from transformers import Seq2SeqTrainingArguments
+
+    from .. import HfAttnBartConfig, HfAttnMarianConfig
+
+    cfg_cls = HfAttnMarianConfig if base == "marian" else HfAttnBartConfig
+    taken = {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)} | {f.name for f in dataclasses.fields(HfAttnArguments)}
+    specs = []
+    for f in dataclasses.fields(cfg_cls):
+        if f.name in _SKIP_CONFIG_FIELDS or f.name in taken or f.name.startswith("_"):
+            continue
+        t = _flag_type(f.type)
+        if t is None:
+            continue
+        help_ = "comma-separated: one variant name, or one per layer" if f.name in LIST_FIELDS else \
+            "comma-separated layer indices" if f.name in LAYER_FIELDS else f"model config field ({cfg_cls.__base__.__name__ if False else base})"
+        specs.append((f.name, Optional[t], field(default=None, metadata={"help": help_})))
+    try:
+        from ..modeling.configuration_hf_attn import variant_defaults
+
+        for k, v in variant_defaults().items():
+            if k in taken or any(k == s[0] for s in specs):
+                continue
+            t = bool if isinstance(v, bool) else float if isinstance(v, float) else int if isinstance(v, int) else str
+            specs.append((k, Optional[t], field(default=None, metadata={"help": f"variant hyperparameter (default {v!r})"})))
+    except ImportError:  # pragma: no cover - older core
+        pass
+    return dataclasses.make_dataclass(f"{base.capitalize()}ConfigArguments", specs)
+
+
+def model_overrides(cfg_args) -> dict:
+    """The config fields given on the command line, with comma lists parsed."""
+    out = {}
+    for k, v in dataclasses.asdict(cfg_args).items():
+        if v is None:
+            continue
+        if k in LIST_FIELDS and isinstance(v, str) and "," in v:
+            v = [x.strip() for x in v.split(",") if x.strip()]
+        elif k in LAYER_FIELDS and isinstance(v, str):
+            try:
+                v = [int(x) for x in v.split(",") if x.strip()]
+            except ValueError:
+                from ..errors import HfAttnInputError
+
+                raise HfAttnInputError(f"--{k} {v!r}: give comma-separated layer indices such as 0,2") from None
+        out[k] = v
+    return out
+
+
+def _pre_parse_base(argv: list[str]) -> str:
+    for i, a in enumerate(argv):
+        if a in ("--base",) and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--base="):
+            return a.split("=", 1)[1]
+    return "marian"
+
+
+def build_train_parser(argv: list[str] | None = None):
+    from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+    from ..errors import HfAttnInputError
+
+    argv = sys.argv[1:] if argv is None else argv
+    base = _pre_parse_base(argv)
+    if base not in ("marian", "bart"):
+        raise HfAttnInputError(f"--base {base!r} is not valid; valid: marian, bart")
+    parser = HfArgumentParser((HfAttnArguments, Seq2SeqTrainingArguments, model_config_arguments(base)),
+                              prog="hf-attn train",
+                              description="Train an hf-attn model (default: rela-g, Bible German->English, 12 minutes), "
+                              "score it on the test split with beam search and save a Hub-ready model directory.")
+    parser.set_defaults(**TRAINING_DEFAULTS)
+    return parser
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """Names of the flags present on the command line (``--foo-bar=1`` -> ``foo_bar``)."""
+    out = set()
+    for a in argv:
+        if a.startswith("--"):
+            out.add(a[2:].split("=", 1)[0].replace("-", "_"))
+    return out
+
+
+def parse_train_args(argv: list[str] | None = None):
+    """(hf-attn args, Seq2SeqTrainingArguments, model overrides dict, the flags given)."""
+    import os
+
+    from ..errors import HfAttnInputError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_train_parser(argv)
+    given = given_flags(argv)
+    # output_dir is needed before TrainingArguments' __post_init__ runs: give it a default from the run
+    if "output_dir" not in given:
+        ns, _ = parser.parse_known_args(argv)
+        src, tgt = getattr(ns, "source", None) or "de", getattr(ns, "target", None) or "en"
+        data = "bible" if not (getattr(ns, "train_file", None) or getattr(ns, "dataset", None)) else "data"
+        argv += ["--output_dir", os.path.join("runs", f"{getattr(ns, 'preset', 'rela-g')}-{data}-{src}-{tgt}")]
+    try:
+        hargs, targs, cargs = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
+    except ValueError as e:
+        raise HfAttnInputError(str(e).strip().splitlines()[0]) from None
+    if hargs.minutes is None and "max_steps" not in given and "num_train_epochs" not in given:
+        hargs.minutes = DEFAULT_MINUTES
+    return hargs, targs, model_overrides(cargs), given

@@ -1,0 +1,55 @@
+"""Upload a trained model directory to the Hub: one commit with config (``auto_map``), the custom code files,
+safetensors weights, tokenizer files, generation config, the model card and results.json. Checkpoints,
+optimizer states and logs stay local."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import HfAttnInputError
+
+UPLOAD_PATTERNS = ["*.json", "*.py", "*.safetensors", "*.spm", "*.model", "*.txt", "README.md"]
+IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", "runs/**", "*.pt", "*.pth", "*.bin", "training_args.bin",
+                   "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json"]
+TOKENIZER_FILES = ("tokenizer_config.json",)
+
+
+def check_model_dir(model_dir: str | Path) -> Path:
+    """The files a Hub-ready directory must hold, or one clear error naming the missing one."""
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise HfAttnInputError(f"model directory {str(model_dir)!r} does not exist; give the --output_dir of `hf-attn train`")
+    need = ["config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json"]
+    missing = [n for n in need if not (d / n).is_file()]
+    if missing:
+        raise HfAttnInputError(
+            f"{str(model_dir)!r} is not a complete model directory (missing {', '.join(missing)}); train it to the "
+            "end or save it with model.save_pretrained + tokenizer.save_pretrained"
+        )
+    cfg = json.loads((d / "config.json").read_text())
+    for name in set(cfg.get("auto_map", {}).values()):
+        module = name.split("--")[-1].split(".")[0]
+        if not (d / f"{module}.py").is_file():
+            raise HfAttnInputError(f"{str(model_dir)!r}: config.json auto_map needs {module}.py, which is missing; re-save the model")
+    return d
+
+
+def push_model_dir(model_dir: str | Path, repo_id: str, private: bool | None = None, token: str | None = None,
+                   commit_message: str | None = None, revision: str | None = None, write_card: bool = True):
+    """Create the repo (if needed) and upload the directory in one commit; returns the commit info."""
+    from huggingface_hub import HfApi
+
+    d = check_model_dir(model_dir)
+    if "/" not in repo_id and not repo_id.strip():
+        raise HfAttnInputError("REPO_ID is empty; give 'user/name'")
+    if write_card and (d / "results.json").is_file():
+        from .cards import write_model_card
+
+        write_model_card(d, repo_id)
+    api = HfApi(token=token)
+    repo = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    repo_id = getattr(repo, "repo_id", repo_id)
+    return api.upload_folder(folder_path=str(d), repo_id=repo_id, repo_type="model", revision=revision,
+                             commit_message=commit_message or f"Upload hf-attn model {d.name}",
+                             allow_patterns=UPLOAD_PATTERNS, ignore_patterns=IGNORE_PATTERNS)

@@ -1,0 +1,408 @@
+"""The main job: data -> tokenizer -> model -> Trainer -> test translation -> results.json + Hub-ready directory.
+
+Used by ``hf-attn train`` / ``evaluate`` / ``translate``; works unchanged under ``accelerate launch`` (DDP):
+every process trains, the main process trains the tokenizer first and alone writes files and decodes the test set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import time
+import warnings
+from pathlib import Path
+
+from ..errors import HfAttnInputError
+
+logger = logging.getLogger("hf_attn")
+
+
+def say(msg: str) -> None:
+    print(f"[hf-attn] {msg}", flush=True)
+
+
+def ensure_writable_dir(path: str | os.PathLike, flag: str = "--output_dir") -> Path:
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".hf_attn_write_test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise HfAttnInputError(
+            f"{flag} {str(path)!r} is not a writable directory ({e.strerror or e}); choose a directory you can write to"
+        ) from None
+    return p
+
+
+def model_classes(base: str):
+    from .. import HfAttnBartConfig, HfAttnBartForConditionalGeneration, HfAttnMarianConfig, HfAttnMarianMTModel
+
+    if base == "bart":
+        return HfAttnBartConfig, HfAttnBartForConditionalGeneration
+    return HfAttnMarianConfig, HfAttnMarianMTModel
+
+
+def _check_preset(name: str) -> None:
+    from .. import PRESETS
+
+    if name not in PRESETS:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(PRESETS), n=1)
+        raise HfAttnInputError(
+            f"--preset {name!r} is not a preset{f' (did you mean {close[0]!r}?)' if close else ''}; valid: "
+            f"{', '.join(PRESETS)} (`hf-attn presets` describes them)"
+        )
+
+
+def configure_generation(model, tokenizer, base: str, num_beams: int, length_penalty: float, max_length: int) -> None:
+    gc = model.generation_config
+    gc.num_beams = num_beams
+    gc.length_penalty = length_penalty
+    gc.max_length = max_length
+    gc.early_stopping = True if num_beams > 1 else False
+    gc.pad_token_id = tokenizer.pad_token_id
+    gc.eos_token_id = tokenizer.eos_token_id
+    if base == "marian":
+        gc.decoder_start_token_id = tokenizer.pad_token_id
+        gc.forced_eos_token_id = tokenizer.eos_token_id
+        gc.bad_words_ids = [[tokenizer.pad_token_id]]
+    else:
+        gc.bos_token_id = tokenizer.bos_token_id
+        gc.decoder_start_token_id = tokenizer.eos_token_id
+        gc.forced_bos_token_id = tokenizer.bos_token_id
+        gc.forced_eos_token_id = tokenizer.eos_token_id
+
+
+def _last_checkpoint(output_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not output_dir.is_dir():
+        return None
+    return get_last_checkpoint(str(output_dir))
+
+
+def _device_name(targs) -> str:
+    import torch
+
+    dev = str(targs.device)
+    if dev.startswith("cuda") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} x{max(1, targs.world_size)}"
+    return f"{platform.machine()} CPU, {torch.get_num_threads()} threads x {max(1, targs.world_size)} process(es)"
+
+
+def train(hargs, targs, overrides: dict | None = None, given: set | None = None, extra_callbacks=None) -> dict | None:
+    """Run the main job; returns the results dict on the main process (None on the others)."""
+    import torch
+    from transformers import set_seed
+
+    from ..data import get_tokenizer, load_corpus, load_tokenizer, make_collator, special_token_config, tokenize_split
+    from .args import BART_MODEL_DEFAULTS, MODEL_DEFAULTS
+    from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback
+
+    overrides = dict(overrides or {})
+    given = set(given or ())
+    t_start = time.time()
+    _check_preset(hargs.preset)
+    if hargs.minutes is not None and (not math.isfinite(hargs.minutes) or hargs.minutes < 0):
+        raise HfAttnInputError(f"--minutes {hargs.minutes}: need a positive number of minutes (or 0 for no limit)")
+    out_dir = ensure_writable_dir(targs.output_dir)
+    last = _last_checkpoint(out_dir)
+    if hargs.resume and last is None:
+        raise HfAttnInputError(f"--resume: {str(out_dir)!r} holds no checkpoint-* directory to resume from; run without --resume")
+    if last is not None and not hargs.resume:
+        raise HfAttnInputError(
+            f"--output_dir {str(out_dir)!r} already holds {Path(last).name}; pass --resume to continue that run or "
+            "choose an empty --output_dir"
+        )
+    if hargs.resume:
+        saved = out_dir / "run_args.json"
+        if saved.is_file():  # the resumed run uses the interrupted run's data, preset and base
+            prev = json.loads(saved.read_text())["hf_attn"]
+            for k in ("preset", "base", "corpus", "source", "target", "train_file", "validation_file", "test_file",
+                      "dataset", "dataset_config_name", "vocab_size", "spm_model_type", "max_train_samples",
+                      "max_source_length", "max_target_length", "max_length_ratio", "init_from", "tokenizer_name"):
+                if k not in given and k in prev:
+                    setattr(hargs, k, prev[k])
+        say(f"resuming from {last}")
+    set_seed(targs.seed)
+    base = hargs.base
+    cfg_cls, model_cls = model_classes(base)
+
+    # ---------------------------------------------------------------------------------------------- data
+    limits = {"train": hargs.max_train_samples, "validation": hargs.max_eval_samples, "test": hargs.max_predict_samples}
+    corpus = load_corpus(hargs.corpus, hargs.source, hargs.target, hargs.train_file, hargs.validation_file,
+                         hargs.test_file, hargs.dataset, hargs.dataset_config_name, limits)
+    say(f"data: {corpus.description}; pairs: " + ", ".join(f"{k} {v:,}" for k, v in corpus.sizes().items()))
+
+    # ---------------------------------------------------------------------------------------------- tokenizer
+    tok_source = None
+    if hargs.resume and (out_dir / "tokenizer_config.json").is_file():
+        tokenizer, tok_source = load_tokenizer(out_dir), str(out_dir)
+    elif hargs.tokenizer_name or hargs.init_from:
+        tok_source = hargs.tokenizer_name or hargs.init_from
+        try:
+            tokenizer = load_tokenizer(tok_source)
+        except (OSError, ValueError) as e:
+            raise HfAttnInputError(f"cannot load a tokenizer from {tok_source!r} ({str(e).splitlines()[0][:150]}); "
+                                   "give a directory with tokenizer files") from None
+    else:
+        src, tgt = corpus.pairs("train")
+        with targs.main_process_first(desc="tokenizer training"):
+            tokenizer, tok_path = get_tokenizer(src + tgt, base=base, vocab_size=hargs.vocab_size,
+                                                model_type=hargs.spm_model_type, cache_dir=hargs.cache_dir,
+                                                seed=targs.seed)
+        tok_source = str(tok_path)
+    tokenizer_info = f"{hargs.spm_model_type} {len(tokenizer):,} tokens" if not hargs.init_from else f"from {tok_source}"
+
+    # ---------------------------------------------------------------------------------------------- model
+    defaults = BART_MODEL_DEFAULTS if base == "bart" else MODEL_DEFAULTS
+    if hargs.resume:
+        model = model_cls.from_pretrained(last)
+    elif hargs.init_from:
+        from .. import swap_attention
+
+        try:
+            model = swap_attention(hargs.init_from, hargs.preset, **overrides)
+        except OSError as e:
+            raise HfAttnInputError(f"--init_from {hargs.init_from!r}: cannot load a model there ({str(e).splitlines()[0][:150]}); "
+                                   "give a Marian/BART or hf-attn model directory") from None
+        if model.config.vocab_size < len(tokenizer):
+            raise HfAttnInputError(f"--init_from {hargs.init_from!r}: the model has {model.config.vocab_size} embeddings but "
+                                   f"its tokenizer {len(tokenizer)} tokens; give a directory whose tokenizer matches")
+        base = "bart" if "bart" in model.config.model_type else "marian"
+    else:
+        kw = {**defaults, **special_token_config(tokenizer, base), **overrides}
+        config = cfg_cls.from_preset(hargs.preset, **kw)
+        model = model_cls(config)
+    configure_generation(model, tokenizer, base, hargs.num_beams, hargs.length_penalty,
+                         max_length=hargs.generation_max_new_tokens + 2)
+    n_params = sum(p.numel() for p in model.parameters())
+    say(f"model: {type(model).__name__} preset {model.config.preset or hargs.preset}, {n_params / 1e6:.2f}M parameters, "
+        f"d_model {model.config.d_model}, {model.config.encoder_layers}+{model.config.decoder_layers} layers")
+
+    # ---------------------------------------------------------------------------------------------- tokenise
+    ratio = hargs.max_length_ratio or None
+    train_ds = tokenize_split(corpus.splits["train"], tokenizer, corpus.source_lang, corpus.target_lang,
+                              hargs.max_source_length, hargs.max_target_length, filter_long=True,
+                              max_length_ratio=ratio, desc="tokenizing train")
+    eval_ds = tokenize_split(corpus.splits["validation"], tokenizer, corpus.source_lang, corpus.target_lang,
+                             hargs.max_source_length, hargs.max_target_length, filter_long=False,
+                             desc="tokenizing validation")
+
+    # ---------------------------------------------------------------------------------------------- trainer
+    push_after = bool(targs.push_to_hub)
+    targs.push_to_hub = False  # we push the finished directory ourselves (card, results, no checkpoints)
+    if targs.predict_with_generate and targs.eval_strategy != "no":
+        targs.generation_num_beams = targs.generation_num_beams or hargs.num_beams
+    budget = TimeBudgetCallback(hargs.minutes, TimeBudgetCallback.elapsed_in(last if hargs.resume else None))
+    from .metrics import Seq2SeqMetrics
+
+    trainer = HfAttnSeq2SeqTrainer(
+        model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tokenizer,
+        data_collator=make_collator(tokenizer, model),
+        compute_metrics=Seq2SeqMetrics(tokenizer) if targs.predict_with_generate else None,
+        callbacks=[budget, *(extra_callbacks or [])],
+    )
+    budget.trainer = trainer
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(out_dir)
+        (out_dir / "run_args.json").write_text(json.dumps(
+            {"hf_attn": dataclasses.asdict(hargs), "model_overrides": overrides,
+             "training": targs.to_dict()}, indent=2, default=str))
+    plan = f"{hargs.minutes:g} minutes" if hargs.minutes else f"{targs.max_steps} steps" if targs.max_steps > 0 \
+        else f"{targs.num_train_epochs:g} epochs"
+    say(f"training {hargs.preset} for {plan} (batch {targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps} "
+        f"accumulation x {targs.world_size} process(es), lr {targs.learning_rate}, {targs.lr_scheduler_type})")
+    t_train = time.time()
+    try:
+        train_out = trainer.train(resume_from_checkpoint=last if hargs.resume else None)
+    except KeyboardInterrupt:
+        ck = _last_checkpoint(out_dir)
+        raise HfAttnInputError(
+            f"training interrupted at step {trainer.state.global_step}; "
+            + (f"resume from {Path(ck).name} with the same command plus --resume" if ck else
+               "no checkpoint was saved yet (lower --save_steps)")
+        ) from None
+    train_seconds = time.time() - t_train
+    tokens = trainer.train_target_tokens
+    if targs.world_size > 1 and torch.distributed.is_initialized():
+        t = torch.tensor([float(tokens)])
+        torch.distributed.all_reduce(t)
+        tokens = int(t.item())
+    loss_hist = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    if loss_hist and not all(math.isfinite(x) for x in loss_hist[-3:]):
+        raise HfAttnInputError(
+            f"training diverged (loss {loss_hist[-1]}) at step {trainer.state.global_step}; lower --learning_rate "
+            f"(now {targs.learning_rate}) or raise --warmup_steps"
+        )
+    val = trainer.evaluate(metric_key_prefix="validation")
+    trainer.save_model(str(out_dir))  # every process calls it (FSDP/DeepSpeed gather); only the main one writes
+    if not trainer.is_world_process_zero():
+        return None
+
+    # ---------------------------------------------------------------------------------------------- test
+    from .generate import translate_texts
+    from .metrics import score_translations
+
+    model = trainer.model
+    model.eval()
+    src_test, ref_test = corpus.pairs("test")
+    say(f"translating the test split ({len(src_test):,} sentences, beam {hargs.num_beams})")
+    t_dec = time.time()
+    hyps = translate_texts(model, tokenizer, src_test, num_beams=hargs.num_beams, length_penalty=hargs.length_penalty,
+                           batch_size=targs.per_device_eval_batch_size, max_source_length=hargs.max_source_length,
+                           max_new_tokens=hargs.generation_max_new_tokens, desc="test")
+    dec_seconds = time.time() - t_dec
+    scores = score_translations(hyps, ref_test)
+    (out_dir / "test_translations.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    last_train_loss = loss_hist[-1] if loss_hist else None
+    aux_keys = sorted({k for h in trainer.state.log_history for k in h if k not in (
+        "loss", "learning_rate", "grad_norm", "epoch", "step")} - {k for k in val} - {
+        "train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"})
+    last_aux = {}
+    for h in trainer.state.log_history:
+        for k in aux_keys:
+            if k in h:
+                last_aux[k] = h[k]
+    run = {
+        "preset": hargs.preset, "base": base, "model_class": type(model).__name__,
+        "source_lang": corpus.source_lang, "target_lang": corpus.target_lang,
+        "data": corpus.info, "data_description": corpus.description, "sizes": {
+            "train": len(train_ds), "validation": len(eval_ds), "test": len(src_test),
+            "train_before_filtering": corpus.sizes()["train"]},
+        "bleu": scores["bleu"], "chrf": scores["chrf"], "bleu_signature": scores["bleu_signature"],
+        "chrf_signature": scores["chrf_signature"], "bleu_details": scores["bleu_details"],
+        "test_sentences": len(src_test), "num_beams": hargs.num_beams, "length_penalty": hargs.length_penalty,
+        "validation_loss": round(val.get("validation_loss", float("nan")), 4),
+        "train_loss": last_train_loss, "aux_logs": last_aux,
+        "params": n_params, "train_steps": trainer.state.global_step,
+        "epochs": round(float(trainer.state.epoch or 0), 3),
+        "minutes": hargs.minutes, "budget": plan,
+        "train_minutes": round((budget.elapsed() if hargs.minutes else train_seconds) / 60, 2),
+        "train_seconds_this_run": round(train_seconds, 1),
+        "tokens_per_second": round(tokens / train_seconds, 1) if train_seconds > 0 else None,
+        "decode_seconds": round(dec_seconds, 1),
+        "total_seconds": round(time.time() - t_start, 1),
+        "device": _device_name(targs), "world_size": targs.world_size,
+        "model_config": {k: getattr(model.config, k, None) for k in (
+            "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim", "vocab_size",
+            "dropout")},
+        "attention_layout": model.config.attention_layout() if hasattr(model.config, "attention_layout") else None,
+        "training": {k: getattr(targs, k) for k in (
+            "learning_rate", "lr_scheduler_type", "warmup_steps", "per_device_train_batch_size",
+            "gradient_accumulation_steps", "label_smoothing_factor", "adam_beta1", "adam_beta2", "weight_decay",
+            "max_grad_norm", "seed", "world_size")},
+        "init_from": hargs.init_from, "tokenizer_info": tokenizer_info, "max_source_length": hargs.max_source_length,
+        "example_source": src_test[0] if src_test else None, "example_translation": hyps[0] if hyps else None,
+        "default_model_size": not any(k in overrides for k in ("d_model", "encoder_layers", "decoder_layers",
+                                                                "encoder_ffn_dim", "encoder_attention_heads"))
+                              and hargs.init_from is None,
+        "output_dir": str(out_dir),
+    }
+    run["training"]["lr_scheduler_type"] = str(getattr(targs.lr_scheduler_type, "value", targs.lr_scheduler_type))
+    from .reference import reference_for
+
+    run["reference"] = reference_for(run)
+    (out_dir / "results.json").write_text(json.dumps(run, indent=2, default=str), encoding="utf-8")
+    from .cards import write_model_card
+
+    write_model_card(out_dir, hargs.hub_repo_id or targs.hub_model_id)
+    say(summary_line(run))
+    if push_after:
+        from .hub import push_model_dir
+
+        repo = hargs.hub_repo_id or targs.hub_model_id
+        if not repo:
+            raise HfAttnInputError("--push_to_hub needs --hub_model_id user/name")
+        info = push_model_dir(out_dir, repo, private=targs.hub_private_repo, token=targs.hub_token)
+        say(f"pushed to {getattr(info, 'commit_url', repo)}")
+    return run
+
+
+def summary_line(run: dict) -> str:
+    s = (f"{run['preset']}: BLEU {run['bleu']:.1f} / chrF {run['chrf']:.1f} on {run['test_sentences']} test sentences "
+         f"({run['source_lang']}->{run['target_lang']}, beam {run['num_beams']}) after {run['train_steps']} steps, "
+         f"{run['train_minutes']} min, {run['tokens_per_second']} tok/s")
+    ref = run.get("reference")
+    if ref:
+        s += (f" | softmax reference: BLEU {ref['bleu']:.1f} / chrF {ref['chrf']:.1f} "
+              f"({ref.get('steps', '?')} steps on {ref.get('device', 'a 2-core CPU')})")
+    return s + f" | signature {run['bleu_signature']}"
+
+
+# -------------------------------------------------------------------------------------------------- re-scoring
+def load_model_dir(model_dir: str):
+    from transformers import AutoModelForSeq2SeqLM
+
+    from .. import swap_attention  # noqa: F401  (registers the hf-attn Auto classes)
+    from ..data import load_tokenizer
+
+    d = Path(model_dir)
+    if not (d / "config.json").is_file():
+        raise HfAttnInputError(f"{model_dir!r} holds no config.json; give a directory written by `hf-attn train` or "
+                               "save_pretrained")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForSeq2SeqLM.from_pretrained(str(d))
+        tokenizer = load_tokenizer(d)
+    return model, tokenizer
+
+
+def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
+                 num_beams: int | None = None, length_penalty: float | None = None, batch_size: int = 32,
+                 max_samples: int | None = None, write: bool = True) -> dict:
+    """Re-score a saved model on its run's split (Bible/files/dataset from run_args.json) or on a file."""
+    from ..data import load_corpus, read_parallel_file
+    from .generate import translate_texts
+    from .metrics import score_translations
+
+    if split not in ("test", "validation", "train"):
+        raise HfAttnInputError(f"--split {split!r}: valid: test, validation, train")
+    d = Path(model_dir)
+    model, tokenizer = load_model_dir(model_dir)
+    prev = {}
+    if (d / "run_args.json").is_file():
+        prev = json.loads((d / "run_args.json").read_text())["hf_attn"]
+    source = source or prev.get("source")
+    target = target or prev.get("target")
+    if test_file:
+        rows, s_key, t_key = read_parallel_file(test_file, source if prev.get("corpus") != "bible" else None,
+                                                None if prev.get("corpus") == "bible" else target, "test")
+        if max_samples:
+            rows = rows[:max_samples]
+        if not rows:
+            raise HfAttnInputError(f"--test_file {test_file!r} has no sentence pairs; give a file with at least one")
+        src = [r["translation"][s_key] for r in rows]
+        ref = [r["translation"][t_key] for r in rows]
+        what = test_file
+    else:
+        if not prev:
+            raise HfAttnInputError(f"{model_dir!r} has no run_args.json to find its data; give --test_file FILE")
+        corpus = load_corpus(prev.get("corpus"), source, target, prev.get("train_file"), prev.get("validation_file"),
+                             prev.get("test_file"), prev.get("dataset"), prev.get("dataset_config_name"),
+                             {"train": prev.get("max_train_samples"), split: max_samples})
+        src, ref = corpus.pairs(split)
+        what = f"{split} split of {corpus.description}"
+    gc = model.generation_config
+    beams = num_beams or gc.num_beams or 4
+    lp = length_penalty if length_penalty is not None else (gc.length_penalty or 1.0)
+    say(f"translating {len(src):,} sentences ({what}), beam {beams}")
+    t0 = time.time()
+    hyps = translate_texts(model, tokenizer, src, num_beams=beams, length_penalty=lp, batch_size=batch_size,
+                           max_source_length=prev.get("max_source_length", 256))
+    scores = score_translations(hyps, ref)
+    out = {"model_dir": str(d), "data": what, "bleu": scores["bleu"], "chrf": scores["chrf"],
+           "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
+           "sentences": len(src), "num_beams": beams, "length_penalty": lp, "decode_seconds": round(time.time() - t0, 1)}
+    if write:
+        try:
+            (d / "evaluate_results.json").write_text(json.dumps(out, indent=2))
+        except OSError:
+            pass
+    return out
