@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .attention_gmm import GmmAttention
 from .attention_rela import RelaAttention
 from .attention_softmax import Entmax15Attention, SoftmaxAttention, SparsemaxAttention
 
@@ -12,5 +13,6 @@ ATTENTION_VARIANTS = {
         SparsemaxAttention,
         Entmax15Attention,
         RelaAttention,
+        GmmAttention,
     )
 }

@@ -1,0 +1,366 @@
+"""Gaussian-mixture cross-attention (Zhang & Feng 2021, "Modeling Concentrated Cross-Attention for Neural Machine
+Translation with Gaussian Mixture Model", Findings of EMNLP). No official code exists; ambiguities are settled
+by the project spec (VARIANTS.md section 2).
+
+Per decoder layer, small FFNs shared by the heads read each head's query Q(s_i) (size dh):
+    ffn(x)  = V^T tanh(W^T x + b1) + b2        W: dh x dh, V: dh x K (dh x 1 for the gate)      Eq. 7-9, 14
+    alpha   = softmax(q k^T / sqrt(dh))          dot-product ("distributed") attention          Eq. 1-2
+    w       = softmax(w_hat)                                                                     Eq. 10
+    mu      = J * sigmoid(mu_hat)                J = number of real (non-padding) source tokens  Eq. 11
+    sigma   = min(J/6 * sigmoid(sigma_hat), mu/3, (J - mu)/3)    "approximate normalisation"     Eq. 12
+    sigma   = max(sigma, gmm_sigma_min)          the paper is silent; sigma -> 0 at the edges gives NaN
+    beta_ij = sum_k w_k / sqrt(2 pi sigma_k^2) * exp(-(j - mu_k)^2 / (2 sigma_k^2))              Eq. 6
+    g       = sigmoid(ffn_g(q))                  one gate per head and target token              Eq. 14
+    gamma   = (1 - g) alpha + g beta ;  context = dropout(gamma) V                               Eq. 13, 15
+j is the 0-based position of a source token among the real ones (padding on either side is skipped, so left
+padding works too); beta = 0 on padding. Everything above runs in float32, also under fp16/bf16 autocast.
+
+Variants (config switches; presets below):
+  gmm_normalization  approximate (Eq. 12) | strict (Table 1: sigma = J sigmoid(.), beta renormalised to sum 1)
+                     | synthesis (Table 1, Graves 2013: Z = 1, w = exp(.), mu_i = mu_{i-1} + exp(.),
+                       sigma = sqrt(exp(-.)/2); recurrent over target positions: during cached decoding the last
+                       mu lives on the module, resets when the cache is empty, and is reordered by beam search)
+  gmm_share_mean / gmm_share_sigma / gmm_share_weight   one value for all K components (Table 3)
+  gmm_fusion         gate (Eq. 13) | average (alpha + beta) / 2 | gmm_only (beta) | dot (alpha)     (Table 4)
+  gmm_layer_subset   all | top2 | middle2 | bottom2 (Table 5), resolved into ``cross_attention_layers``
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.cache_utils import EncoderDecoderCache
+
+from .attention_base import HfAttnConfigError, Preset, VariantAttention, float32_autocast_off, nonempty, source_padding
+
+GMM_PAPER = (
+    "Zhang & Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian "
+    "Mixture Model (Findings of EMNLP)"
+)
+NORMALIZATIONS = ("approximate", "strict", "synthesis")
+FUSIONS = ("gate", "average", "gmm_only", "dot")
+LAYER_SUBSETS = ("all", "top2", "middle2", "bottom2")
+# synthesis network: caps that keep an unnormalised mixture finite (also in fp16): sum_k w_k <= e^8 ~ 3000, and
+# a centre moves at most e^10 positions per target token.
+SYNTHESIS_MAX_LOG_WEIGHT = 8.0
+SYNTHESIS_MAX_LOG_STEP = 10.0
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _gmm(**extra) -> dict:
+    """Preset overrides: GMM cross-attention, softmax self-attention (the paper's setting)."""
+    return {"encoder_attention": "softmax", "decoder_attention": "softmax", "cross_attention": "gmm", **extra}
+
+
+def subset_layers(subset: str, num_layers: int) -> list[int] | None:
+    """Decoder layers (0-based) of a named subset of a ``num_layers``-layer decoder; None for "all".
+
+    bottom2 = [0, 1]; top2 = [n-2, n-1]; middle2 = [(n-2)//2, (n-2)//2 + 1] (the lower middle pair when n is odd).
+    With the paper's 6 layers: bottom2 = L1-L2, middle2 = L3-L4, top2 = L5-L6 (Table 5).
+    """
+    if subset == "all":
+        return None
+    if num_layers < 2:
+        raise HfAttnConfigError(
+            f"gmm_layer_subset={subset!r} needs at least 2 decoder layers, the model has decoder_layers={num_layers}; "
+            "use gmm_layer_subset='all'"
+        )
+    start = {"bottom2": 0, "middle2": (num_layers - 2) // 2, "top2": num_layers - 2}[subset]
+    return [start, start + 1]
+
+
+class GmmFFN(nn.Module):
+    """ffn(x) = V^T tanh(W^T x + b1) + b2 (Eq. 7-9, 14), shared by the heads of one layer."""
+
+    def __init__(self, dim: int, out_features: int):
+        super().__init__()
+        self.hidden = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, out_features)
+
+
+class GmmAttention(VariantAttention):
+    """Dot-product cross-attention fused with a K-component Gaussian mixture over source positions."""
+
+    variant = "gmm"
+    description = "Gaussian-mixture cross-attention fused with dot-product attention by a learned gate (Zhang & Feng 2021)"
+    sites = ("cross",)
+    config_defaults = {
+        "gmm_num_components": 4,  # K (Section 5.3: best at 4)
+        "gmm_normalization": "approximate",  # Table 1 / Table 2: "strict" (Our Method+Norm.), "synthesis"
+        "gmm_fusion": "gate",  # Table 4: "average", "gmm_only", "dot"
+        "gmm_share_mean": False,  # Table 3 ablations: one mu / sigma / weight for all components
+        "gmm_share_sigma": False,
+        "gmm_share_weight": False,
+        "gmm_sigma_min": 0.5,  # floor on sigma, in source positions (not in the paper; see validate_config)
+        "gmm_layer_subset": "all",  # Table 5: "top2", "middle2", "bottom2"
+    }
+    presets = (
+        Preset("gmm", "GMM cross-attention, approximate normalisation, gate fusion (Table 2, Our Method)", GMM_PAPER, _gmm()),
+        Preset(
+            "gmm-strict",
+            "GMM cross-attention with strict normalisation (Table 2, Our Method+Norm.)",
+            GMM_PAPER,
+            _gmm(gmm_normalization="strict"),
+        ),
+        Preset(
+            "gmm-synthesis",
+            "baseline: unnormalised synthesis-network mixture, recurrent over target positions (Table 2, Graves 2013)",
+            GMM_PAPER,
+            _gmm(gmm_normalization="synthesis"),
+        ),
+        Preset(
+            "gmm-average",
+            "ablation: average of dot-product and GMM attention instead of the gate (Table 4)",
+            GMM_PAPER,
+            _gmm(gmm_fusion="average"),
+        ),
+        Preset("gmm-only", "ablation: Gaussian mixture attention alone (Table 4)", GMM_PAPER, _gmm(gmm_fusion="gmm_only")),
+        Preset(
+            "gmm-top2", "GMM in the top 2 decoder layers, softmax below (Table 5)", GMM_PAPER, _gmm(gmm_layer_subset="top2")
+        ),
+        Preset(
+            "gmm-middle2",
+            "GMM in the middle 2 decoder layers, softmax elsewhere (Table 5)",
+            GMM_PAPER,
+            _gmm(gmm_layer_subset="middle2"),
+        ),
+        Preset(
+            "gmm-bottom2",
+            "GMM in the bottom 2 decoder layers, softmax above (Table 5)",
+            GMM_PAPER,
+            _gmm(gmm_layer_subset="bottom2"),
+        ),
+        Preset("gmm-share-mean", "ablation: one mean for all components (Table 3)", GMM_PAPER, _gmm(gmm_share_mean=True)),
+        Preset(
+            "gmm-share-sigma", "ablation: one variance for all components (Table 3)", GMM_PAPER, _gmm(gmm_share_sigma=True)
+        ),
+        Preset(
+            "gmm-share-weight",
+            "ablation: equal component weights (Table 3)",
+            GMM_PAPER,
+            _gmm(gmm_share_weight=True),
+        ),
+    )
+
+    # ---- configuration ----------------------------------------------------------------------------------------
+    @classmethod
+    def validate_config(cls, config):
+        for key, choices in (
+            ("gmm_normalization", NORMALIZATIONS),
+            ("gmm_fusion", FUSIONS),
+            ("gmm_layer_subset", LAYER_SUBSETS),
+        ):
+            if getattr(config, key) not in choices:
+                raise HfAttnConfigError(f"{key}={getattr(config, key)!r} is not valid; choose one of {list(choices)}")
+        k = config.gmm_num_components
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise HfAttnConfigError(f"gmm_num_components={k!r} must be an integer >= 1 (the paper uses 4)")
+        for key in ("gmm_share_mean", "gmm_share_sigma", "gmm_share_weight"):
+            if not isinstance(getattr(config, key), bool):
+                raise HfAttnConfigError(f"{key}={getattr(config, key)!r} must be true or false")
+        s = config.gmm_sigma_min
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s < math.inf:
+            raise HfAttnConfigError(
+                f"gmm_sigma_min={s!r} must be a positive number of source positions (default 0.5: below about half "
+                "a position the mixture evaluated at integer positions no longer sums to about 1)"
+            )
+        cls.resolve_layer_subset(config)
+
+    @classmethod
+    def resolve_layer_subset(cls, config):
+        """Turn ``gmm_layer_subset`` into ``cross_attention_layers`` for the config's decoder depth (Table 5).
+
+        Applies only when ``cross_attention == "gmm"``; other layers then use softmax. An explicit, different
+        ``cross_attention_layers`` is an error (set one of the two).
+        """
+        subset = config.gmm_layer_subset
+        choice = config.cross_attention
+        if subset == "all":
+            return
+        if isinstance(choice, (list, tuple)):
+            if "gmm" in choice:
+                raise HfAttnConfigError(
+                    f"gmm_layer_subset={subset!r} needs cross_attention='gmm' (a single name), not a per-layer list; "
+                    "with a list, name the variant of each layer directly and keep gmm_layer_subset='all'"
+                )
+            return
+        if choice != "gmm":
+            return  # a GMM hyperparameter, unused by this model (as rela_* are when ReLA is not used)
+        layers = subset_layers(subset, config.decoder_layers)
+        given = config.cross_attention_layers
+        if given is not None and sorted(given) != layers:
+            raise HfAttnConfigError(
+                f"gmm_layer_subset={subset!r} selects decoder layers {layers} but cross_attention_layers={given!r} "
+                "was also given; set only one of them (gmm_layer_subset='all' to use cross_attention_layers)"
+            )
+        config.cross_attention_layers = layers
+
+    def setup(self, config):
+        self.num_components = config.gmm_num_components
+        self.normalization = config.gmm_normalization
+        self.fusion = config.gmm_fusion
+        self.sigma_min = float(config.gmm_sigma_min)
+        self.share_mean, self.share_sigma = config.gmm_share_mean, config.gmm_share_sigma
+        # shared normalised weights are all 1/K: no FFN (its gradient would be exactly 0)
+        self.uniform_weights = config.gmm_share_weight and self.normalization != "synthesis"
+        k, dh = self.num_components, self.head_dim
+        self.gmm_ffns: tuple[str, ...] = ()
+        if self.fusion != "dot":
+            outs = {"weight": 1 if config.gmm_share_weight else k, "mean": 1 if self.share_mean else k}
+            outs["sigma"] = 1 if self.share_sigma else k
+            if self.uniform_weights:
+                del outs["weight"]
+            if self.fusion == "gate":
+                outs["gate"] = 1
+            for name, n_out in outs.items():
+                setattr(self, f"gmm_{name}", GmmFFN(dh, n_out))
+            self.gmm_ffns = tuple(outs)
+        if self.fusion == "gmm_only":  # no dot-product attention: k_proj would get no gradient
+            self.k_proj.requires_grad_(False)
+        self._gmm_state = None  # synthesis: mu of the last target position, during cached decoding
+        self.gmm_record = False  # set True (hf_attn.analysis.gmm.record_gmm) to keep the last mixture
+        self.gmm_last = None
+
+    def init_variant_weights(self, init):
+        """Xavier-uniform FFN weights, zero biases: at start g = 0.5, mu = J/2 (synthesis: steps of 1 position)."""
+        for name in self.gmm_ffns:
+            ffn = getattr(self, f"gmm_{name}")
+            for lin in (ffn.hidden, ffn.out):
+                init.xavier_uniform_(lin.weight)
+                init.zeros_(lin.bias)
+
+    # ---- forward ----------------------------------------------------------------------------------------------
+    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+        q, k, v = self.project(hidden_states, key_value_states, past_key_values)
+        keep = self.keep_mask(attention_mask, q.shape[2], k.shape[2], q.device)
+        past = None
+        if isinstance(past_key_values, EncoderDecoderCache):  # target tokens before this call (its own cache)
+            past = past_key_values.self_attention_cache.get_seq_length(self.layer_idx) - q.shape[2]
+        ctx, weights = self.gmm_attend(q, k, v, keep, past, output_attentions=bool(kwargs.get("output_attentions")))
+        o = ctx.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
+        return self.out_proj(o), weights
+
+    def attend(self, q, k, v, keep, output_attentions=False):
+        """Without a cache: ``q`` holds the whole target prefix from position 0."""
+        return self.gmm_attend(q, k, v, keep, None, output_attentions)
+
+    def gmm_attend(self, q, k, v, keep, past=None, output_attentions=False):
+        """gamma = fuse(alpha, beta) (Eq. 13); returns (gamma V, gamma or None). ``past``: cached target length."""
+        with float32_autocast_off(q):
+            q32 = q.float()
+            alpha = None
+            if self.fusion != "gmm_only":
+                alpha = self.dot_product(q32, k.float(), keep)
+            if self.fusion == "dot":
+                gamma, beta, params = alpha, None, {}
+            else:
+                raw = self.ffn_outputs(q32)
+                real = source_padding(keep)  # [B|1, 1, 1, S]
+                beta, params = self.mixture_attention(raw, real, past)
+                if self.fusion == "gate":
+                    g = torch.sigmoid(raw["gate"])  # Eq. 14, [B, H, T, 1]
+                    gamma = (1 - g) * alpha + g * beta  # Eq. 13
+                    params["gate"] = g.squeeze(-1)
+                    if getattr(self, "aux_logs", None) is not None:
+                        self.aux_logs[f"gmm_gate_layer{self.layer_idx}"] = g.detach().mean()
+                elif self.fusion == "average":
+                    gamma = 0.5 * (alpha + beta)
+                else:
+                    gamma = beta
+        if self.gmm_record:
+            self.gmm_last = {"alpha": alpha, "beta": beta, "gamma": gamma, **params}
+            self.gmm_last = {n: t.detach() for n, t in self.gmm_last.items() if t is not None}
+        weights = gamma.to(v.dtype)
+        ctx = torch.matmul(F.dropout(weights, p=self.attn_dropout, training=self.training), v)  # Eq. 15
+        return ctx, (weights if output_attentions else None)
+
+    def dot_product(self, q, k, keep):
+        """alpha = softmax(q k^T / sqrt(dh)) over the real source tokens (Eq. 1-2), float32."""
+        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
+        scores = scores.masked_fill(~nonempty(keep), torch.finfo(scores.dtype).min)
+        return torch.softmax(scores, dim=-1)
+
+    def ffn_outputs(self, q):
+        """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14); the four hidden layers run as one matmul."""
+        ffns = [getattr(self, f"gmm_{name}") for name in self.gmm_ffns]
+        w = torch.cat([f.hidden.weight for f in ffns]).float()
+        b = torch.cat([f.hidden.bias for f in ffns]).float()
+        hidden = torch.tanh(F.linear(q, w, b)).split(self.head_dim, dim=-1)
+        return {n: F.linear(h, f.out.weight.float(), f.out.bias.float()) for n, h, f in zip(self.gmm_ffns, hidden, ffns)}
+
+    def mixture_attention(self, raw, real, past):
+        """beta [B,H,T,S] (Eq. 6, or its Table 1 variants) and the mixture parameters {weights, mu, sigma, J}."""
+        real_f = real.float()
+        length = real_f.sum(-1, keepdim=True)  # J, [B|1, 1, 1, 1]
+        pos = real_f.cumsum(-1) - 1  # 0-based position among the real tokens (skips left padding)
+        log_w, log_z, mu, precision, sigma = self.mixture_parameters(raw, length, past)
+        # log of each component at each source position: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2)
+        log_coef = log_w - log_z
+        logits = log_coef[..., None] - precision[..., None] * (pos[..., None, :] - mu[..., None]).square()
+        if self.normalization == "strict":  # beta / sum_j beta (Table 1, "Our Method+Norm.")
+            visible = nonempty(real)
+            log_beta = torch.logsumexp(logits, dim=-2).masked_fill(~visible, torch.finfo(logits.dtype).min)
+            beta = torch.softmax(log_beta, dim=-1) * visible
+        else:
+            beta = torch.exp(logits).sum(-2) * real
+        params = {"weights": log_w.exp(), "mu": mu, "sigma": sigma, "source_length": length.flatten()}
+        return beta, params
+
+    def mixture_parameters(self, raw, length, past):
+        """(log w, log Z, mu, 1/(2 sigma^2), sigma), each [B,H,T,K] (log Z may broadcast), per Table 1, Eq. 10-12."""
+        k, sigma_min = self.num_components, self.sigma_min
+        shape = (*raw["mean"].shape[:-1], k)
+        if self.normalization == "synthesis":  # Graves 2013 (Table 1): Z = 1
+            log_w = raw["weight"].clamp(max=SYNTHESIS_MAX_LOG_WEIGHT - math.log(k)).expand(shape)  # w = exp(w_hat)
+            mu = self.synthesis_means(raw["mean"].clamp(max=SYNTHESIS_MAX_LOG_STEP).exp().expand(shape), past)
+            # sigma = sqrt(exp(-sigma_hat) / 2)  <=>  1/(2 sigma^2) = exp(sigma_hat) ; sigma >= sigma_min
+            precision = raw["sigma"].clamp(max=-math.log(2 * sigma_min**2)).exp().expand(shape)
+            sigma = torch.rsqrt(2 * precision.clamp(min=1e-30))
+            return log_w, torch.zeros_like(log_w[..., :1]), mu, precision, sigma
+        if self.uniform_weights:
+            log_w = torch.full(shape, -math.log(k), device=raw["mean"].device)
+        else:
+            log_w = torch.log_softmax(raw["weight"], dim=-1).expand(shape)  # Eq. 10
+        mu = (length * torch.sigmoid(raw["mean"])).expand(shape)  # Eq. 11
+        if self.normalization == "approximate":  # Eq. 12
+            sigma = torch.minimum(length / 6 * torch.sigmoid(raw["sigma"]), torch.minimum(mu, length - mu) / 3)
+        else:  # strict (Table 1): sigma = J * sigmoid(sigma_hat)
+            sigma = (length * torch.sigmoid(raw["sigma"])).expand(shape)
+        sigma = sigma.clamp(min=sigma_min)
+        log_z = torch.log(sigma) + _LOG_SQRT_2PI  # Z = sqrt(2 pi sigma^2)
+        return log_w, log_z, mu, 0.5 / sigma.square(), sigma
+
+    # ---- synthesis network: state over target positions -----------------------------------------------------------
+    def synthesis_means(self, steps, past):
+        """mu_i = mu_{i-1} + exp(mu_hat_i), mu_{-1} = 0 (Table 1). ``past``: cached target length (None: no cache).
+
+        With a cache, the last mu is kept on the module for the next step; it resets when the cache is empty and
+        follows the hypotheses through `reorder_state` in beam search.
+        """
+        mu = steps.cumsum(dim=2)
+        if past is None:
+            return mu
+        if past > 0:
+            state = self._gmm_state
+            if state is None or state.shape[0] != mu.shape[0]:
+                raise RuntimeError(
+                    "gmm synthesis: a cached decoding step arrived without the matching state (the cache was built "
+                    "by another call or the batch changed); start decoding from an empty cache or use use_cache=False"
+                )
+            mu = mu + state
+        self._gmm_state = mu[:, :, -1:]
+        return mu
+
+    def reorder_state(self, beam_idx):
+        """Beam search: keep the state of the surviving hypotheses."""
+        if self._gmm_state is not None:
+            self._gmm_state = self._gmm_state.index_select(0, beam_idx.to(self._gmm_state.device))
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, K={self.num_components}, normalization={self.normalization}, "
+            f"fusion={self.fusion}, sigma_min={self.sigma_min}"
+        )
