@@ -87,6 +87,15 @@ def cmd_evaluate(argv) -> int:
     return 0
 
 
+def _run_arg(model_dir: str, key: str, default):
+    """A flag of the `hf-attn train` run that wrote ``model_dir`` (its run_args.json), or ``default``."""
+    path = os.path.join(model_dir, "run_args.json")
+    if not os.path.isfile(path):
+        return default
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("hf_attn", {}).get(key, default)
+
+
 def cmd_translate(argv) -> int:
     from .errors import HfAttnInputError
     from .training.generate import translate_texts
@@ -111,7 +120,8 @@ def cmd_translate(argv) -> int:
     gc = model.generation_config
     hyps = translate_texts(model, tokenizer, lines, num_beams=a.num_beams or gc.num_beams or 4,
                            length_penalty=a.length_penalty if a.length_penalty is not None else (gc.length_penalty or 1.0),
-                           batch_size=a.batch_size, progress=len(lines) > 64)
+                           batch_size=a.batch_size, progress=len(lines) > 64,
+                           max_source_length=_run_arg(a.model_dir, "max_source_length", 256))
     text = "\n".join(hyps) + ("\n" if hyps else "")
     if a.output:
         with open(a.output, "w", encoding="utf-8") as f:

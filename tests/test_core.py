@@ -217,3 +217,15 @@ def test_every_registered_variant_is_a_mixin():
     for name, cls in hf_attn.ATTENTION_VARIANTS.items():
         assert issubclass(cls, VariantAttention) and cls.variant == name
         assert set(cls.sites) <= {"encoder", "decoder", "cross"}
+
+
+def test_loading_keeps_the_sinusoidal_positions_frozen(tmp_path):
+    """transformers' loader swaps in trainable Parameters; fine-tuning or resuming must not train fixed tensors."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = tiny_model("marian", "rela-g")
+    frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
+    assert frozen == ["model.decoder.embed_positions.weight", "model.encoder.embed_positions.weight"]
+    model.save_pretrained(tmp_path)
+    for again in (type(model).from_pretrained(tmp_path), AutoModelForSeq2SeqLM.from_pretrained(tmp_path)):
+        assert sorted(n for n, p in again.named_parameters() if not p.requires_grad) == frozen

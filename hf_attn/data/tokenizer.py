@@ -83,6 +83,9 @@ def build_marian_tokenizer(spm_bytes: bytes, out_dir: str | os.PathLike, max_len
     for name in ("source.spm", "target.spm"):
         (out / name).write_bytes(spm_bytes)
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0), encoding="utf-8")
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*sacremoses.*")
     tok = MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
                           model_max_length=max_length)
     tok.padding_side = "right"
@@ -115,9 +118,13 @@ def build_bart_tokenizer(spm_bytes: bytes, out_dir: str | os.PathLike, max_lengt
 
 
 def load_tokenizer(path: str | os.PathLike):
+    import warnings
+
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(path))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*sacremoses.*")
+        tok = AutoTokenizer.from_pretrained(str(path))
     tok.padding_side = "right"
     return tok
 

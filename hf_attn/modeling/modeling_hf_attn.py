@@ -91,6 +91,25 @@ class HfAttnModelMixin:
             raise HfAttnConfigError(f"site={site!r} is not valid; choose one of {list(SITES)}")
         return [getattr(layer, attr) for s, _, layer, attr in self._attention_slots() if site in (None, s)]
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, then `freeze_fixed_weights` (loading replaces frozen tensors)."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).freeze_fixed_weights()
+        return loaded
+
+    def freeze_fixed_weights(self) -> None:
+        """Keep fixed tensors fixed after loading: transformers 5.23's loader swaps in fresh trainable Parameters,
+        so Marian's sinusoidal position table (and a variant's frozen tensors, via the module hook
+        ``freeze_fixed_weights``) would silently start learning when a saved model is fine-tuned or resumed."""
+        for module in self.modules():
+            if module is self:
+                continue
+            if type(module).__name__.endswith("SinusoidalPositionalEmbedding"):
+                module.weight.requires_grad_(False)
+            elif hasattr(module, "freeze_fixed_weights"):
+                module.freeze_fixed_weights()
+
     @torch.no_grad()
     def initialize_weights(self):
         """Base init, then each variant's own parameters (HF_NOTES traps 4-5: the helpers skip loaded tensors)."""

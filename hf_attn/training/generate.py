@@ -6,7 +6,7 @@ import torch
 
 
 def translate_texts(model, tokenizer, texts: list[str], num_beams: int = 4, length_penalty: float = 1.0,
-                    batch_size: int = 32, max_source_length: int = 256, max_new_tokens: int = 256,
+                    batch_size: int = 32, max_source_length: int = 256, max_new_tokens: int | None = None,
                     progress: bool = True, desc: str = "translating") -> list[str]:
     from tqdm.auto import tqdm
 
@@ -14,6 +14,9 @@ def translate_texts(model, tokenizer, texts: list[str], num_beams: int = 4, leng
         from ..errors import HfAttnInputError
 
         raise HfAttnInputError(f"--num_beams {num_beams}: need at least 1")
+    if max_new_tokens is None:  # what `hf-attn train` stored: generation_config.max_length = max_new_tokens + 2
+        gc_max = getattr(model.generation_config, "max_length", None)
+        max_new_tokens = gc_max - 2 if gc_max and gc_max > 2 else 256
     model.eval()
     tokenizer.padding_side = "right"
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))

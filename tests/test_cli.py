@@ -1,0 +1,209 @@
+"""The `hf-attn` CLI: train (Bible, files, BART, warm start, dashes), evaluate, translate, presets, one-line
+errors for broken input, and resuming an interrupted run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+import hf_attn
+from hf_attn.cli import main
+from training_helpers import TINY_ARGS, bible_pairs, run_cli, train_tiny, write_jsonl
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("tokcache")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache):
+    return train_tiny(tmp_path_factory.mktemp("run") / "rela-g", cache_dir=cache)
+
+
+def test_presets_command(capsys):
+    assert main(["presets"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(hf_attn.PRESETS)
+    for line, (name, p) in zip(lines, hf_attn.PRESETS.items()):
+        assert line.split()[0] == name and line.endswith(p.description)
+
+
+def test_corpora_command(capsys):
+    assert main(["corpora"]) == 0
+    out = capsys.readouterr().out
+    assert "Elberfelder 1932" in out and "World English Bible 2000" in out and len(out.splitlines()) == 32
+
+
+def test_train_writes_a_hub_ready_directory(trained):
+    files = {p.name for p in trained.iterdir()}
+    for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json", "vocab.json",
+                 "source.spm", "target.spm", "README.md", "results.json", "run_args.json", "test_translations.txt"):
+        assert name in files, name
+    cfg = json.loads((trained / "config.json").read_text())
+    assert cfg["preset"] == "rela-g" and "AutoModelForSeq2SeqLM" in cfg["auto_map"]
+    for ref in set(cfg["auto_map"].values()):
+        assert (trained / (ref.split(".")[0] + ".py")).is_file()
+    r = json.loads((trained / "results.json").read_text())
+    assert r["train_steps"] == 6 and r["test_sentences"] == 8 and r["num_beams"] == 2
+    assert 0 <= r["bleu"] <= 100 and 0 < r["chrf"] <= 100 and r["tokens_per_second"] > 0
+    assert r["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+    assert r["sizes"]["train"] <= 200 and r["data"]["source_code"] == "e" and r["data"]["target_code"] == "4"
+    assert r["attention_layout"] == {"encoder": ["rela"], "decoder": ["rela"], "cross": ["rela"]}
+    assert {"checkpoint-3", "checkpoint-6"} <= files
+    card = (trained / "README.md").read_text()
+    assert not re.search(r"\$[a-z_]+", card), re.findall(r"\$[a-z_]+", card)
+    for text in ("rela-g", "Zhang, Titov & Sennrich 2021", str(r["bleu"]), r["bleu_signature"], "trust_remote_code=True",
+                 "Elberfelder 1932", "| label smoothing | 0.1 |", "## Limits"):
+        assert text in card, text
+    assert card.startswith("---\nlanguage:\n- de\n- en\n")
+    gen = json.loads((trained / "generation_config.json").read_text())
+    assert gen["num_beams"] == 2 and gen["decoder_start_token_id"] == cfg["pad_token_id"]
+
+
+def test_evaluate_rescores_the_same(trained, capsys):
+    r = json.loads((trained / "results.json").read_text())
+    assert main(["evaluate", str(trained), "--max_samples", "8"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["sentences"] == 8 and out["bleu"] == r["bleu"] and out["chrf"] == r["chrf"]
+
+
+def test_translate_file_and_stdin(trained, tmp_path, capsys, monkeypatch):
+    import io
+
+    from hf_attn.data import read_bible_pair
+
+    src = [x["translation"]["de"] for x in read_bible_pair("e", "4")["test"][:3]]
+    (tmp_path / "in.txt").write_text("\n".join(src) + "\n")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]) == 0
+    hyps = (tmp_path / "out.txt").read_text().splitlines()
+    expected = (trained / "test_translations.txt").read_text().splitlines()[:3]
+    assert hyps == expected
+    monkeypatch.setattr("sys.stdin", io.StringIO(src[0] + "\n"))
+    capsys.readouterr()
+    assert main(["translate", str(trained)]) == 0
+    assert capsys.readouterr().out.splitlines() == expected[:1]
+
+
+def _bad_jsonl(tmp_path):
+    f = tmp_path / "wrong.jsonl"
+    f.write_text('{"src": "a", "tgt": "b"}\n')
+    return str(f)
+
+
+def _empty(tmp_path):
+    f = tmp_path / "empty.jsonl"
+    f.write_text("")
+    return str(f)
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda d: ["--train_file", str(d / "missing.jsonl")], r"--train_file '.*missing.jsonl': no such file"),
+    (lambda d: ["--train_file", _bad_jsonl(d)], r"line 1 has no 'translation' object \(found: \['src', 'tgt'\]\)"),
+    (lambda d: ["--train_file", _empty(d)], r"training split of .* is empty"),
+    (lambda d: ["--source", "xx"], r"unknown Bible language or translation code 'xx'"),
+    (lambda d: ["--output_dir", str(d / "file.txt" / "out")], r"--output_dir .* is not a writable directory"),
+    (lambda d: ["--preset", "rela-x"], r"--preset 'rela-x' is not a preset .*valid: softmax"),
+    (lambda d: ["--resume"], r"--resume: .* holds no checkpoint"),
+    (lambda d: ["--encoder_attention", "nope"], r"encoder_attention='nope' is not an attention variant"),
+])
+def test_broken_input_gives_one_error_line(tmp_path, capsys, make_args, message):
+    (tmp_path / "file.txt").write_text("x")
+    args = ["train", "--max_steps", "1", "--output_dir", str(tmp_path / "out"), *make_args(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hf-attn: error: "), err
+    assert re.search(message, err[0]), err[0]
+
+
+def test_error_line_from_the_console(tmp_path):
+    p = run_cli(["train", "--source", "de", "--target", "klingon", "--output_dir", str(tmp_path / "o")])
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()]
+    assert "unknown Bible language or translation code 'klingon'" in p.stderr
+    p = run_cli(["evaluate", str(tmp_path / "nothing")])
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "holds no config.json" in p.stderr
+
+
+def test_existing_run_needs_resume(trained, capsys):
+    assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(trained)]) == 2
+    assert "already holds checkpoint-6; pass --resume" in capsys.readouterr().err
+
+
+def test_interrupted_run_resumes(tmp_path, cache):
+    from hf_attn.errors import HfAttnInputError
+    from hf_attn.training.args import parse_train_args
+    from hf_attn.training.run import train
+    from hf_attn.training.trainer import InterruptAfterSteps
+
+    common = ["--preset", "rela-g", *TINY_ARGS, "--max_steps", "6", "--save_steps", "2", "--dropout", "0.1",
+              "--cache_dir", str(cache)]
+    out = tmp_path / "run"
+    h, t, o, g = parse_train_args(common + ["--output_dir", str(out)])
+    with pytest.raises(HfAttnInputError, match="interrupted at step 3; resume from checkpoint-2 with the same command plus --resume"):
+        train(h, t, o, g, extra_callbacks=[InterruptAfterSteps(3)])
+    assert not (out / "model.safetensors").exists()
+    assert main(["train", *common, "--output_dir", str(out), "--resume"]) == 0
+    state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    # the resumed run equals an uninterrupted one: same weights (optimizer, scheduler, RNG and data order restored)
+    ref = tmp_path / "ref"
+    assert main(["train", *common, "--output_dir", str(ref)]) == 0
+    from safetensors.torch import load_file
+
+    a, b = load_file(out / "model.safetensors"), load_file(ref / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+def test_files_dashes_and_bart(tmp_path, cache):
+    pairs = bible_pairs(80)
+    train_f = write_jsonl(tmp_path / "train.jsonl", pairs[:70])
+    valid_f = write_jsonl(tmp_path / "valid.jsonl", pairs[70:75])
+    (tmp_path / "test.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs[75:]))
+    out = tmp_path / "bart"
+    args = ["train", "--preset", "softmax", "--base", "bart", *[a.replace("_", "-") for a in TINY_ARGS],
+            "--train-file", str(train_f), "--validation-file", str(valid_f), "--test-file", str(tmp_path / "test.tsv"),
+            "--max-steps", "2", "--output-dir", str(out), "--cache-dir", str(cache),
+            "--max-source-length", "400", "--max-target-length", "400", "--max-length-ratio", "0"]  # keep all 70
+    assert main(args) == 0
+    r = json.loads((out / "results.json").read_text())
+    assert r["base"] == "bart" and r["model_class"] == "HfAttnBartForConditionalGeneration"
+    assert r["sizes"] == {"train": 70, "validation": 5, "test": 5, "train_before_filtering": 70}
+    assert r["model_config"]["d_model"] == 32 and r["source_lang"] == "de"
+    assert (out / "tokenizer.json").is_file()
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen["decoder_start_token_id"] == 2 and gen["forced_bos_token_id"] == 0
+    assert "A **BART** translation model" in (out / "README.md").read_text()
+
+
+def test_init_from_a_vanilla_marian(tmp_path, cache, trained):
+    from transformers import MarianConfig, MarianMTModel
+
+    from hf_attn.data import load_tokenizer
+
+    tok = load_tokenizer(trained)
+    cfg = MarianConfig(vocab_size=len(tok), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                       decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+                       pad_token_id=tok.pad_token_id, decoder_start_token_id=tok.pad_token_id, eos_token_id=0)
+    vanilla = tmp_path / "vanilla"
+    MarianMTModel(cfg).save_pretrained(vanilla)
+    tok.save_pretrained(vanilla)
+    out = tmp_path / "warm"
+    assert main(["train", "--preset", "rela-g", *TINY_ARGS, "--init_from", str(vanilla), "--max_steps", "2",
+                 "--output_dir", str(out)]) == 0
+    r = json.loads((out / "results.json").read_text())
+    assert r["init_from"] == str(vanilla) and r["preset"] == "rela-g" and r["model_config"]["d_model"] == 32
+    assert json.loads((out / "config.json").read_text())["model_type"] == "hf_attn_marian"

@@ -1,0 +1,198 @@
+"""Training glue: auxiliary loss with and without label smoothing, gradient accumulation, aux logs,
+the training-step hook, the time budget, and the metrics (sacrebleu and the shipped `evaluate` modules)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import Seq2SeqTrainingArguments
+
+import hf_attn
+from hf_attn.data import make_collator
+from hf_attn.training import HfAttnSeq2SeqTrainer, Seq2SeqMetrics, TimeBudgetCallback, score_translations
+
+AUX_WEIGHT = 0.5
+
+
+class AuxModel(hf_attn.HfAttnMarianMTModel):
+    """A tiny hf-attn model whose variant adds a known auxiliary loss ((50 w)^2 mean x 0.5) and logs it."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.steps_seen = []
+
+    def set_training_step(self, step: int) -> None:
+        self.steps_seen.append(step)
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                labels=None, **kwargs):
+        out = super().forward(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                              decoder_attention_mask=decoder_attention_mask, labels=labels, **kwargs)
+        w = self.model.encoder.layers[0].fc1.weight
+        aux = AUX_WEIGHT * (50 * w).pow(2).mean()
+        base_loss = out.loss
+        out.aux_loss = aux
+        out.aux_logs = {"reg_loss": aux.detach(), "mean_mask": torch.tensor(0.25)}
+        if base_loss is not None:  # the hf-attn contract: with labels, loss includes aux_loss
+            out.loss = base_loss + aux
+        return out
+
+
+def tiny(seed=0):
+    torch.manual_seed(seed)
+    cfg = hf_attn.HfAttnMarianConfig.from_preset(
+        "softmax", vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32,
+        pad_token_id=39, decoder_start_token_id=39, eos_token_id=0, forced_eos_token_id=0, dropout=0.0)
+    return AuxModel(cfg)
+
+
+class Tok:
+    """Just enough tokenizer for the collator (right padding)."""
+
+    pad_token_id = 39
+    padding_side = "right"
+
+    def save_pretrained(self, path, **kwargs):
+        return ()
+
+    def pad(self, features, **kwargs):
+        n = max(len(f["input_ids"]) for f in features)
+        ids = torch.full((len(features), n), self.pad_token_id)
+        mask = torch.zeros((len(features), n), dtype=torch.long)
+        for i, f in enumerate(features):
+            ids[i, : len(f["input_ids"])] = torch.tensor(f["input_ids"])
+            mask[i, : len(f["input_ids"])] = 1
+        out = {"input_ids": ids, "attention_mask": mask}
+        if "labels" in features[0]:
+            out["labels"] = torch.tensor([f["labels"] for f in features])
+        return out
+
+
+def data(n=16, seed=0, length=6):
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(n):
+        src = torch.randint(1, 39, (length,), generator=g).tolist() + [0]
+        tgt = torch.randint(1, 39, (length,), generator=g).tolist() + [0]
+        rows.append({"input_ids": src, "attention_mask": [1] * len(src), "labels": tgt})
+    return Dataset.from_list(rows)
+
+
+def targs(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=1e-3, max_steps=2,
+                report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
+                train_sampling_strategy="sequential", dataloader_pin_memory=False, use_cpu=True)
+    base.update(kw)
+    return Seq2SeqTrainingArguments(**base)
+
+
+def make_trainer(tmp_path, model=None, ds=None, **kw):
+    model = model or tiny()
+    ds = ds if ds is not None else data()
+    return HfAttnSeq2SeqTrainer(model=model, args=targs(tmp_path, **kw), train_dataset=ds,
+                                data_collator=make_collator(Tok(), model))
+
+
+def _inputs(trainer, n=8):
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(n)])
+    return {k: v for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_aux_loss_is_trained_on(tmp_path, smoothing):
+    trainer = make_trainer(tmp_path, label_smoothing_factor=smoothing)
+    model = trainer.model
+    inputs = _inputs(trainer)
+    loss = trainer.compute_loss(model, dict(inputs))
+    out = model(**inputs)
+    aux = out.aux_loss
+    logp = torch.log_softmax(out.logits, -1)
+    labels = inputs["labels"]
+    mask = labels != -100
+    nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[mask].mean()
+    smooth = -logp.mean(-1)[mask].mean()
+    expected = (1 - smoothing) * nll + smoothing * smooth + aux
+    assert aux.item() > 0.1
+    assert torch.allclose(loss, expected, rtol=1e-4), (loss, expected)
+    # the auxiliary term gets its gradient
+    loss.backward()
+    assert model.model.encoder.layers[0].fc1.weight.grad is not None
+
+
+def test_gradient_accumulation_does_not_scale_the_loss(tmp_path):
+    logged = {}
+    for ga, bs in ((1, 8), (2, 4)):
+        t = make_trainer(tmp_path / f"ga{ga}", max_steps=1, gradient_accumulation_steps=ga,
+                         per_device_train_batch_size=bs, label_smoothing_factor=0.1, learning_rate=0.0)
+        t.train()
+        logged[ga] = [h["loss"] for h in t.state.log_history if "loss" in h][0]
+    # equal-length examples: the mean over two micro-batches equals the full-batch mean (no x2 from trap 7)
+    assert logged[2] == pytest.approx(logged[1], rel=1e-3)
+
+
+def test_aux_logs_and_training_step_hook(tmp_path):
+    t = make_trainer(tmp_path, max_steps=3, label_smoothing_factor=0.1)
+    t.train()
+    logs = [h for h in t.state.log_history if "loss" in h]
+    assert len(logs) == 3
+    assert all(h["mean_mask"] == pytest.approx(0.25) and h["reg_loss"] > 0 and "aux_loss" in h for h in logs)
+    assert t.model.steps_seen == [0, 1, 2]
+    assert t.train_target_tokens == 3 * 8 * 7
+
+
+def test_time_budget_stops_training(tmp_path):
+    budget = TimeBudgetCallback(minutes=1e-6)
+    t = make_trainer(tmp_path, max_steps=50)
+    t.add_callback(budget)
+    t.train()
+    assert t.state.global_step == 1
+    assert TimeBudgetCallback.elapsed_in(str(tmp_path / "checkpoint-1")) > 0  # saved for --resume
+    assert TimeBudgetCallback(None).budget is None
+    assert TimeBudgetCallback.elapsed_in(str(tmp_path / "missing")) == 0.0
+
+
+def test_scores_and_signature():
+    refs = ["The cat sat on the mat.", "In the beginning God created the heavens and the earth."]
+    s = score_translations(refs, refs)
+    assert s["bleu"] == 100.0 and s["chrf"] == 100.0
+    assert s["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert "nc:6|nw:0" in s["chrf_signature"]
+    low = score_translations(["a dog", "nothing here"], refs)
+    assert 0 <= low["bleu"] < 10 and low["chrf"] < 30
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        score_translations(refs, refs[:1])
+
+
+def test_compute_metrics_decodes_with_ignored_labels():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    class DecTok:
+        pad_token_id = 0
+        words = {1: "the", 2: "cat", 3: "sat", 4: "on", 5: "a", 6: "mat"}
+
+        def batch_decode(self, rows, skip_special_tokens=True):
+            return [" ".join(self.words[int(i)] for i in r if int(i) in self.words) for r in rows]
+
+    m = Seq2SeqMetrics(DecTok())
+    preds = np.array([[1, 2, 3, 4, 5, 6, 0], [1, 2, 3, 4, 1, 0, 0]])
+    labels = np.array([[1, 2, 3, 4, 5, 6, -100], [1, 2, 3, 4, 1, -100, -100]])
+    out = m(SimpleNamespace(predictions=preds, label_ids=labels))
+    assert out["bleu"] == 100.0 and out["gen_len"] == 5.5 and m.signatures["bleu"].startswith("nrefs:1")
+
+
+def test_evaluate_metric_modules_load_offline():
+    from hf_attn.metrics import load_metric
+
+    bleu = load_metric("sacrebleu")
+    r = bleu.compute(predictions=["the cat sat on the mat"], references=[["the cat sat on a mat"]])
+    direct = score_translations(["the cat sat on the mat"], ["the cat sat on a mat"])
+    assert math.isclose(r["score"], direct["bleu"], abs_tol=0.01) and r["signature"] == direct["bleu_signature"]
+    chrf = load_metric("chrf")
+    r = chrf.compute(predictions=["the cat sat on the mat"], references=[["the cat sat on a mat"]])
+    assert math.isclose(r["score"], direct["chrf"], abs_tol=0.01)
