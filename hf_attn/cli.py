@@ -1,7 +1,7 @@
 """``hf-attn``: train, evaluate, translate, push, list presets and Bible translations.
 
     hf-attn train [--preset rela-g] [--base marian|bart] [--source de --target en | --train_file F ... |
-                  --dataset ID] [every Seq2SeqTrainingArguments / model config field] [--minutes 12] --output_dir DIR
+                  --dataset ID] [every Seq2SeqTrainingArguments / model config field] [--max_steps 300 | --minutes M] --output_dir DIR
     hf-attn evaluate DIR [--split test | --test_file F]
     hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
     hf-attn push DIR REPO_ID [--private]
