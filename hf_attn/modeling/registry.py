@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .attention_gmm import GmmAttention
 from .attention_rela import RelaAttention
+from .attention_reluformer import ReluFormerAttention
 from .attention_softmax import Entmax15Attention, SoftmaxAttention, SparsemaxAttention
 
 ATTENTION_VARIANTS = {
@@ -14,5 +15,6 @@ ATTENTION_VARIANTS = {
         Entmax15Attention,
         RelaAttention,
         GmmAttention,
+        ReluFormerAttention,
     )
 }

@@ -1,0 +1,246 @@
+"""ReLUFormer: ReLU attention with length-dependent variance reduction and its regulariser (Shen, Guo, Tan, Tang,
+Wang & Bian 2023, "A Study on ReLU and Softmax in Transformer"). No official code exists; the ambiguities are
+settled by the project spec (VARIANTS.md section 3).
+
+Per head, for query i with n_i visible keys (the real mask: source length for encoder self-attention and
+cross-attention, i+1 for causal self-attention, the cache length + 1 during incremental decoding):
+
+    s_ij  = relu(q_i k_j^T / sqrt(dh)) * keep_ij / (gamma * sqrt(n_i / 2))     Eq. 5-6 (variance reduction factor)
+    h_i   = sum_j dropout(s)_ij v_j                                             Eq. 6   (no normalisation of h)
+    L_reg = |log sum_j s_ij| + max(H(p_i) - C_i, 0),  p_i = s_i / sum_j s_ij    Eq. 7   (|.|: the text, not the
+            C_i = 0.7 log n_i  (Appendix A; 0 for n_i = 1)                                printed formula)
+
+L_reg is averaged over valid queries and heads of each layer, then over layers, multiplied by
+``reluformer_reg_weight`` (the paper adds it unweighted: default 1) and returned by the model as ``aux_loss``
+(hence reaching the optimiser also with label smoothing; hf_attn.training adds it). The logs report
+``reg_loss`` (unweighted L_reg), its two terms, the mean row sum of s and ``attn_entropy`` (mean H(p), nats; the
+paper's Table 3/5 statistic). Row sums are clamped before the log (an all-zero row has sum 0: its L_reg is
+|log eps| with zero gradient, never NaN); the statistics run in float32 even under fp16/bf16 autocast.
+
+Long inputs (the paper's 512-2048-token documents): when a call has more than ``reluformer_query_chunk`` queries
+the attention runs chunk by chunk over the queries; with autograd on, each chunk is checkpointed (recomputed in
+the backward pass), so only one chunk's [B, H, chunk, S] intermediates are alive at a time instead of the
+full [B, H, T, S] ones. Same values and gradients as the unchunked computation.
+
+Table 5 ablations are config switches: ``reluformer_scale=False`` (no variance reduction factor; the paper
+reports divergence) and ``reluformer_reg_weight=0`` (no regulariser).
+
+The variant is named ``relu`` (as in the issue); do not confuse it with the ReLA family's *preset* ``relu``
+(ReLA with no normalisation, rela_norm="none"): presets and variants are separate namespaces.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from .attention_base import HfAttnConfigError, Preset, VariantAttention, all_sites, float32_autocast_off
+
+RELUFORMER_PAPER = "Shen, Guo, Tan, Tang, Wang & Bian 2023, A Study on ReLU and Softmax in Transformer (arXiv:2302.06461)"
+VARIANT = "relu"
+
+
+def visible_keys(keep: torch.Tensor) -> torch.Tensor:
+    """n per query: the number of keys each query may attend to, ``[B|1, 1|H, T, 1]`` (int64)."""
+    return keep.sum(-1, keepdim=True)
+
+
+def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropout=0.0, eps=1e-6,
+                         entropy_bound=0.7, need_weights=False):
+    """ReLUFormer attention for one block of queries.
+
+    q ``[B,H,T,dh]`` (unscaled), k/v ``[B,H,S,dh]``, keep bool ``[B|1,1|H,T,S]``. Returns (context ``[B,H,T,dh]``,
+    weights s ``[B,H,T,S]`` or None, per-row statistics): ``{"norm": |log sum s|, "margin": max(H(p) - C, 0),
+    "entropy": H(p), "row_sum": sum s, "rows": n > 0}``, float32 ``[B,H,T]`` (bool for rows); a row without any
+    visible key has rows False and zero statistics.
+    """
+    n = visible_keys(keep)
+    nf = n.clamp(min=1).float()
+    factor = torch.full_like(nf, scaling)
+    if scale:
+        factor = factor / (gamma * torch.sqrt(nf / 2.0))  # Eq. 6: variance reduction factor gamma * sqrt(n/2)
+    # relu(c x) = c relu(x) for c > 0: the per-query factor is folded into q (one [B,H,T,dh] product)
+    scores = torch.matmul(q * factor.to(q.dtype), k.transpose(-1, -2))
+    with float32_autocast_off(scores):
+        s = F.relu(scores).float() * keep  # Eq. 5-6: multiplicative 0/1 mask, no -inf anywhere
+        # Eq. 7: L_reg = |log sum s| + max(H(p) - C, 0), C = 0.7 log n (Appendix A); H(p) = log S - sum(s log s) / S
+        rows = (n > 0).expand(*s.shape[:-1], 1)
+        raw_total = s.sum(-1, keepdim=True)
+        total = raw_total.clamp(min=eps)
+        s_log_s = (s * s.clamp(min=1e-30).log()).sum(-1, keepdim=True)
+        ent = (total.log() - s_log_s / total).clamp(min=0.0)
+        stats = {
+            "norm": total.log().abs(),
+            "margin": F.relu(ent - entropy_bound * nf.log()),
+            "entropy": ent,
+            "row_sum": raw_total,
+        }
+        stats = {key: (x * rows).squeeze(-1) for key, x in stats.items()}
+        stats["rows"] = rows.squeeze(-1)
+    ctx = torch.matmul(F.dropout(s, p=dropout, training=dropout > 0).to(v.dtype), v)
+    weights = s.to(q.dtype) if need_weights else None
+    return ctx, weights, stats
+
+
+class ReluFormerAttention(VariantAttention):
+    """ReLU attention scaled by 1/(gamma sqrt(n/2)) per query, trained with the entropy/normalisation regulariser."""
+
+    variant = VARIANT
+    description = (
+        "ReLUFormer attention (Shen et al. 2023): relu(q k^T/sqrt(dh)) / (gamma sqrt(n/2)) with n the visible keys "
+        "of each query, no output norm, plus the L_reg regulariser; not ReLA (variant 'rela', whose preset 'relu' "
+        "is ReLA without norm)"
+    )
+    config_defaults = {
+        "reluformer_scale": True,  # Eq. 6 variance reduction factor; False = Table 5 "- scale factor" (diverges)
+        "reluformer_gamma": 1.0,  # gamma in gamma*sqrt(n/2): the paper gives no value
+        "reluformer_reg_weight": 1.0,  # weight of L_reg (Eq. 7) in the loss; the paper adds it unweighted; 0 = Table 5 "- reg loss"
+        "reluformer_entropy_bound": 0.7,  # C = value * log(n) (Appendix A)
+        "reluformer_eps": 1e-6,  # floor on sum_j s_ij before the log / division (an all-zero row has sum 0)
+        "reluformer_query_chunk": 512,  # queries per chunk for long inputs (0 = never chunk)
+    }
+    presets = (
+        Preset(
+            "reluformer",
+            "ReLUFormer: ReLU attention with the variance reduction factor and L_reg at all sites (Table 4)",
+            RELUFORMER_PAPER,
+            all_sites(VARIANT),
+        ),
+        Preset(
+            "reluformer-no-scale",
+            "ablation: ReLUFormer without the variance reduction factor (Table 5, '- scale factor'; diverges)",
+            RELUFORMER_PAPER,
+            all_sites(VARIANT, reluformer_scale=False),
+        ),
+        Preset(
+            "reluformer-no-reg",
+            "ablation: ReLUFormer without the regulariser L_reg (Table 5, '- reg loss'; = Table 2 ReLU + scale)",
+            RELUFORMER_PAPER,
+            all_sites(VARIANT, reluformer_reg_weight=0.0),
+        ),
+    )
+
+    # ---- configuration ----------------------------------------------------------------------------------------
+    @classmethod
+    def validate_config(cls, config):
+        def number(key, ok, limit):
+            v = getattr(config, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
+                raise HfAttnConfigError(f"{key}={v!r} must be {limit} (default {cls.config_defaults[key]!r})")
+
+        if not isinstance(config.reluformer_scale, bool):
+            raise HfAttnConfigError(f"reluformer_scale={config.reluformer_scale!r} must be true or false")
+        number("reluformer_gamma", lambda v: v > 0, "a finite number > 0")
+        number("reluformer_reg_weight", lambda v: v >= 0, "a finite number >= 0 (0 turns the regulariser off)")
+        number("reluformer_entropy_bound", lambda v: v >= 0, "a finite number >= 0 (C = value * log n; paper 0.7)")
+        number("reluformer_eps", lambda v: 0 < v <= 1e-2, "in (0, 0.01]")
+        chunk = config.reluformer_query_chunk
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+            raise HfAttnConfigError(
+                f"reluformer_query_chunk={chunk!r} must be an integer >= 0 (queries per chunk for long inputs; "
+                "0 = never chunk; default 512)"
+            )
+
+    def setup(self, config):
+        self.use_scale = config.reluformer_scale
+        self.gamma = float(config.reluformer_gamma)
+        self.eps = float(config.reluformer_eps)
+        self.entropy_bound = float(config.reluformer_entropy_bound)
+        self.query_chunk = int(config.reluformer_query_chunk)
+        self.reluformer_stats = None
+
+    # ---- forward ----------------------------------------------------------------------------------------------
+    def _kwargs(self) -> dict:
+        return dict(scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
+                    eps=self.eps, entropy_bound=self.entropy_bound)
+
+    def attend(self, q, k, v, keep, output_attentions=False):
+        t, chunk = q.shape[2], self.query_chunk
+        if chunk <= 0 or t <= chunk:
+            ctx, weights, stats = reluformer_attention(q, k, v, keep, need_weights=output_attentions, **self._kwargs())
+        else:  # long inputs: one chunk of queries at a time, checkpointed when autograd records
+            use_ckpt = torch.is_grad_enabled() and not output_attentions and any(x.requires_grad for x in (q, k, v))
+            parts = []
+            for start in range(0, t, chunk):
+                qc, kc = q[:, :, start : start + chunk], keep[..., start : start + chunk, :]
+                if use_ckpt:
+                    parts.append(checkpoint(self._chunk, qc, k, v, kc, use_reentrant=False))
+                else:
+                    parts.append(reluformer_attention(qc, k, v, kc, need_weights=output_attentions, **self._kwargs()))
+            ctx = torch.cat([p[0] for p in parts], dim=2)
+            weights = torch.cat([p[1] for p in parts], dim=2) if output_attentions else None
+            stats = {key: torch.cat([p[2][key] for p in parts], dim=-1) for key in parts[0][2]}
+        self.reluformer_stats = stats
+        return ctx, weights
+
+    def _chunk(self, q, k, v, keep):
+        return reluformer_attention(q, k, v, keep, **self._kwargs())
+
+    # ---- model-level hooks --------------------------------------------------------------------------------------
+    @classmethod
+    def attach(cls, model):
+        """Forget the statistics of the previous forward pass at the start of each one (e.g. a generate step)."""
+
+        def reset(module, args):
+            for m in module.attention_modules():
+                if hasattr(m, "reluformer_stats"):
+                    m.reluformer_stats = None
+
+        model.register_forward_pre_hook(reset)
+
+    @staticmethod
+    def query_validity(model, inputs) -> dict:
+        """Which queries are real, per site: ``{"encoder": [B,S] | None, "decoder"/"cross": [B,T] | None}``.
+
+        Source: ``attention_mask``. Target: ``decoder_attention_mask`` if given, else the decoder input ids (built
+        from ``labels`` as the model does) that are not padding, the first position (the start token, which may
+        equal pad in Marian) always real. The same with and without labels, so label smoothing (which hands the
+        model ``decoder_input_ids`` instead of ``labels``) leaves L_reg unchanged.
+        """
+        src = inputs.get("attention_mask")
+        src = src.bool() if src is not None else None
+        tgt = inputs.get("decoder_attention_mask")
+        if tgt is not None:
+            tgt = tgt.bool()
+        else:
+            dec = inputs.get("decoder_input_ids")
+            labels = inputs.get("labels")
+            if dec is None and labels is not None:
+                dec = model.prepare_decoder_input_ids_from_labels(labels=labels)
+            if dec is not None and inputs.get("past_key_values") is None:
+                tgt = dec.ne(model.config.pad_token_id)
+                tgt[:, 0] = True
+        return {"encoder": src, "decoder": tgt, "cross": tgt}
+
+    @classmethod
+    def model_losses(cls, model, out, inputs):
+        """L_reg averaged over valid queries and heads per layer, then over layers; weighted into the loss."""
+        modules = [m for m in model.attention_modules() if getattr(m, "reluformer_stats", None) is not None]
+        if not modules:
+            return {}, {}
+        valid = cls.query_validity(model, inputs)
+        per_layer = {key: [] for key in ("norm", "margin", "entropy", "row_sum")}
+        for m in modules:
+            st, m.reluformer_stats = m.reluformer_stats, None
+            rows = st["rows"].expand_as(st["norm"])
+            qv = valid.get(m.site)
+            if qv is not None and qv.shape == (rows.shape[0], rows.shape[2]):
+                rows = rows & qv.to(rows.device)[:, None, :]
+            count = rows.sum().clamp(min=1)
+            for key, values in per_layer.items():
+                values.append((st[key] * rows).sum() / count)
+        mean = {key: torch.stack(values).mean() for key, values in per_layer.items()}
+        reg = mean["norm"] + mean["margin"]  # Eq. 7, averaged over valid queries, heads and layers
+        weight = float(model.config.reluformer_reg_weight)
+        losses = {"reluformer_reg": weight * reg} if weight > 0 else {}
+        logs = {
+            "reg_loss": reg.detach(),
+            "reg_norm_term": mean["norm"].detach(),
+            "reg_entropy_term": mean["margin"].detach(),
+            "attn_entropy": mean["entropy"].detach(),
+            "attn_row_sum": mean["row_sum"].detach(),
+        }
+        return losses, logs
