@@ -12,6 +12,13 @@ over rounds of t_softmax / t_preset in that round (> 1 = faster than softmax, th
 in a fresh subprocess (on CUDA: torch.cuda.max_memory_allocated).
 
     python scripts/benchmark.py --presets softmax,rela-g,sparsemax --repeats 5 --output runs/bench.json
+
+Long-sequence mode (`--long 128,256,512,1024,2048`): for each length L, forward + backward of the whole model on
+`--long-batch` sequences of L source and L target tokens (no optimiser step), interleaved rounds as above, the
+median ratio t_softmax / t_preset per length, and the peak memory growth of one forward + backward per preset and
+length (a fresh subprocess each):
+
+    python scripts/benchmark.py --presets softmax,reluformer --long 128,256,512,1024,2048 --repeats 3 --output runs/bench_long.json
 """
 
 from __future__ import annotations
@@ -52,13 +59,23 @@ def parse_args(argv=None):
     p.add_argument("--no-memory", action="store_true", help="skip the per-preset memory subprocesses")
     p.add_argument("--no-decode", action="store_true", help="time training steps only")
     p.add_argument("--output", default="runs/benchmark.json", help="JSON results (a .md table is written beside)")
+    p.add_argument("--long", default=None, help="long-sequence mode: comma list of lengths, e.g. 128,256,512,1024,2048")
+    p.add_argument("--long-batch", type=int, default=2, help="sequences per forward/backward in --long mode")
     p.add_argument("--_memory-of", dest="memory_of", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_memory-len", dest="memory_len", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     names = sorted(hf_attn.PRESETS) if args.presets == "all" else [x.strip() for x in args.presets.split(",") if x]
     for name in names:
         if name not in hf_attn.PRESETS:
             p.error(f"unknown preset {name!r}; valid presets: {sorted(hf_attn.PRESETS)}")
     args.presets = ["softmax"] + [n for n in names if n != "softmax"]
+    if args.long is not None:
+        try:
+            args.long = [int(x) for x in str(args.long).split(",") if x.strip()]
+        except ValueError:
+            p.error(f"--long {args.long!r}: need a comma list of positive lengths, e.g. 128,256,512,1024,2048")
+        if not args.long or min(args.long) < 2:
+            p.error(f"--long {args.long!r}: need a comma list of lengths >= 2, e.g. 128,256,512,1024,2048")
     return args
 
 
@@ -157,9 +174,14 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.memory_of and args.memory_len:
+        print(f"{long_peak_memory_mb(args):.1f}")
+        return None
     if args.memory_of:
         print(f"{peak_memory_mb(args):.1f}")
         return None
+    if args.long:
+        return long_main(args, argv)
 
     models = {name: build(args, name) for name in tqdm(args.presets, desc="building models")}
     train_batch = make_batch(args, args.batch, args.src_len, args.tgt_len)
@@ -219,6 +241,106 @@ def render_table(args, rows, kinds) -> str:
             cells += [f"{r[f'{kind}_median_s']:.3f}", f"{r[f'{kind}_ratio_vs_softmax']:.2f}x"]
         if "train_peak_mem_mib" in r:
             cells.append(f"{r['train_peak_mem_mib']:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Long-sequence mode
+# ---------------------------------------------------------------------------------------------------------------
+def long_args(args, length):
+    """`args` with source/target length `length` (position tables sized for the longest length)."""
+    ns = argparse.Namespace(**vars(args))
+    ns.src_len = ns.tgt_len = length
+    return ns
+
+
+def forward_backward(model, batch):
+    model.train()
+    loss = model(**batch).loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def long_peak_memory_mb(args) -> float:
+    """One forward + backward of `args.memory_of` at length `args.memory_len`, in this (fresh) process (MiB)."""
+    model, _ = build(long_args(args, max(args.long)), args.memory_of)
+    batch = make_batch(args, args.long_batch, args.memory_len, args.memory_len)
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        forward_backward(model, batch)
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    forward_backward(model, batch)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+
+
+def long_memory_in_subprocess(preset, length, argv) -> float | None:
+    cmd = [sys.executable, __file__, *argv, "--_memory-of", preset, "--_memory-len", str(length)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if out.returncode != 0:  # e.g. out of memory: reported as missing, not a crash of the whole benchmark
+        print(f"memory run of {preset} at {length} failed: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def long_main(args, argv):
+    """Forward + backward time and peak memory per preset and input length (interleaved, median ratios)."""
+    models = {name: build(long_args(args, max(args.long)), name)[0] for name in tqdm(args.presets, desc="building models")}
+    rows = []
+    for length in args.long:
+        batch = make_batch(args, args.long_batch, length, length)
+        for model in models.values():  # warm-up, not timed
+            forward_backward(model, batch)
+        times = {n: [] for n in args.presets}
+        for _ in tqdm(range(args.repeats), desc=f"length {length}: interleaved rounds"):
+            for name, model in models.items():
+                times[name].append(timed(args, forward_backward, model, batch))
+        for name in args.presets:
+            ratios = [s / t for s, t in zip(times["softmax"], times[name])]
+            row = {
+                "length": length,
+                "preset": name,
+                "fwd_bwd_median_s": statistics.median(times[name]),
+                "fwd_bwd_ratio_vs_softmax": statistics.median(ratios),
+                "tokens_per_s": 2 * length * args.long_batch / statistics.median(times[name]),
+            }
+            if not args.no_memory:
+                row["peak_mem_mib"] = long_memory_in_subprocess(name, length, [a for a in argv if a])
+            rows.append(row)
+    results = {"settings": {k: v for k, v in vars(args).items() if k not in ("memory_of", "memory_len")},
+               "torch": torch.__version__, "threads": torch.get_num_threads(), "long_rows": rows}
+    table = render_long_table(args, rows)
+    print(table)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
+        f.write(table + "\n")
+    print(f"wrote {args.output}")
+    return results
+
+
+def render_long_table(args, rows) -> str:
+    head = (
+        f"{args.base} d_model={args.d_model} layers={args.layers}+{args.layers} heads={args.heads} ffn={args.ffn} "
+        f"vocab={args.vocab}; forward + backward of {args.long_batch} sequences of L source + L target tokens; "
+        f"{args.repeats} interleaved rounds, median ratio t_softmax/t_preset (>1 = faster); peak memory = growth "
+        f"during one forward + backward; device {args.device}, {torch.get_num_threads()} threads\n"
+    )
+    mem = not args.no_memory
+    cols = ["L", "preset", "fwd+bwd s (median)", "speed vs softmax", "tokens/s"] + (["peak mem MiB", "mem vs softmax"] if mem else [])
+    lines = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    soft_mem = {r["length"]: r.get("peak_mem_mib") for r in rows if r["preset"] == "softmax"}
+    for r in rows:
+        cells = [str(r["length"]), r["preset"], f"{r['fwd_bwd_median_s']:.3f}", f"{r['fwd_bwd_ratio_vs_softmax']:.2f}x",
+                 f"{r['tokens_per_s']:.0f}"]
+        if mem:
+            m, m0 = r.get("peak_mem_mib"), soft_mem.get(r["length"])
+            cells.append("failed" if m is None else f"{m:.0f}")
+            cells.append(f"{m / m0:.2f}x" if m is not None and m0 else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -33,3 +33,49 @@ def test_benchmark_rejects_unknown_preset():
         [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--presets", "nope"], capture_output=True, text=True
     )
     assert proc.returncode == 2 and "unknown preset 'nope'" in proc.stderr
+
+
+
+def _load_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hf_attn_benchmark_script", ROOT / "scripts" / "benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_long_mode(tmp_path):
+    """--long in-process (a subprocess per memory run would cost an import each): rows per length and preset."""
+    import torch
+
+    bench = _load_benchmark()
+    out = tmp_path / "long.json"
+    argv = ["--presets", "reluformer", "--long", "8,24", "--long-batch", "1", "--d-model", "16", "--layers", "1",
+            "--heads", "2", "--ffn", "32", "--vocab", "50", "--repeats", "1", "--no-memory", "--output", str(out)]
+    threads = torch.get_num_threads()
+    try:
+        bench.main(argv)
+        args = bench.parse_args([*argv, "--_memory-of", "reluformer", "--_memory-len", "24"])
+        assert bench.long_peak_memory_mb(args) >= 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = json.loads(out.read_text())["long_rows"]
+    assert [(r["length"], r["preset"]) for r in rows] == [
+        (8, "softmax"), (8, "reluformer"), (24, "softmax"), (24, "reluformer")
+    ]
+    for r in rows:
+        assert r["fwd_bwd_median_s"] > 0 and r["tokens_per_s"] > 0
+        if r["preset"] == "softmax":
+            assert r["fwd_bwd_ratio_vs_softmax"] == 1.0
+    assert "| 24 | reluformer |" in (tmp_path / "long.md").read_text()
+
+
+def test_benchmark_long_mode_rejects_bad_lengths(capsys):
+    import pytest
+
+    bench = _load_benchmark()
+    for bad in ("128,x", "1"):
+        with pytest.raises(SystemExit) as e:
+            bench.parse_args(["--long", bad])
+        assert e.value.code == 2 and "--long" in capsys.readouterr().err
