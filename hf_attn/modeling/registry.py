@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from .attention_fixed import HardGaussianAttention, SynthesizerAttention
 from .attention_gmm import GmmAttention
+from .attention_ran import RecurrentAttention
 from .attention_rela import RelaAttention
 from .attention_reluformer import ReluFormerAttention
 from .attention_softmax import Entmax15Attention, SoftmaxAttention, SparsemaxAttention
@@ -15,6 +17,9 @@ ATTENTION_VARIANTS = {
         Entmax15Attention,
         RelaAttention,
         GmmAttention,
+        RecurrentAttention,
+        HardGaussianAttention,
+        SynthesizerAttention,
         ReluFormerAttention,
     )
 }

@@ -1,0 +1,210 @@
+"""Position-only baselines that RAN (Zeng et al. 2021) and GMM cross-attention (Zhang & Feng 2021) compare with.
+
+hard-gaussian  You, Sun & Iyyer 2020, "Hard-Coded Gaussian Attention for Neural Machine Translation" (ACL;
+               code: fallcat/stupidNMT). No attention parameters: head h of a layer attends with the fixed
+               Gaussian N(c_h(i), sigma^2) over key positions j:
+                   w_hij = N(j; c_h(i), sigma^2) = exp(-(j - c_h(i))^2 / (2 sigma^2)) / (sigma sqrt(2 pi))
+               encoder: c(i) = i - 1 / i + 1 ; decoder: c(i) = i - 1 / i (heads alternate between the offsets,
+               as the authors' code repeats its offset list over the heads) ; sigma = 1 ;
+               cross-attention: c(i) = i * r (r = source/target length ratio, hard_gaussian_length_ratio) clamped
+               to the real source [0, J-1] (the code does not clamp; past the source end every weight would be ~0).
+               As in the authors' code (and as the GMM paper notes), the weights are the density at integer
+               positions, masked to 0, *not* renormalised (they sum to about 1 inside the sentence, less at the
+               edges and under the causal mask); ``hard_gaussian_normalize=True`` renormalises over visible keys.
+               Source positions count real tokens only, so source padding may be on either side.
+synthesizer    Tay et al. 2020/2021, "Synthesizer: Rethinking Self-Attention in Transformer Models" (Random
+               Synthesizer, Syn-R in the RAN paper): a trainable logits matrix R [H, Lmax, Lmax] per layer,
+               p = softmax(R[:, q, :S] masked), out = out_proj(merge(dropout(p) @ v_proj(x))).
+
+Both keep only the value and output projections (see attention_positional.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .attention_base import HfAttnConfigError, Preset, float32_autocast_off, nonempty, source_padding
+from .attention_positional import (
+    PositionalAttention,
+    check_length,
+    check_right_padding,
+    positional_softmax,
+    weighted_values,
+)
+from .attention_ran import RAN_PAPER
+
+HC_PAPER = "You, Sun & Iyyer 2020, Hard-Coded Gaussian Attention for Neural Machine Translation (ACL)"
+SYN_PAPER = "Tay et al. 2021, Synthesizer: Rethinking Self-Attention in Transformer Models (ICML)"
+GMM_PAPER = "Zhang & Feng 2021, Modeling Concentrated Cross-Attention for NMT with Gaussian Mixture Model"
+SYNTHESIZER_INITS = ("xavier_uniform", "ones")
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _offsets_ok(value) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    )
+
+
+class HardGaussianAttention(PositionalAttention):
+    """Fixed Gaussian attention around a per-head offset of the query position (You et al. 2020)."""
+
+    variant = "hard-gaussian"
+    description = "hard-coded Gaussian attention: fixed N(i + offset, 1) over positions (You et al. 2020)"
+    sites = ("encoder", "decoder", "cross")
+    config_defaults = {
+        "hard_gaussian_std": 1.0,
+        "hard_gaussian_encoder_offsets": [-1, 1],  # centres i-1, i+1 (heads alternate)
+        "hard_gaussian_decoder_offsets": [-1, 0],  # centres i-1, i
+        "hard_gaussian_cross_offsets": [0],  # centre i * r
+        "hard_gaussian_length_ratio": 1.0,  # r: mean source / target length (the authors' word_count_ratio)
+        "hard_gaussian_normalize": False,  # the authors' code does not renormalise
+    }
+    presets = (
+        Preset(
+            "hard-gaussian",
+            "baseline: hard-coded Gaussian encoder and decoder self-attention, softmax cross-attention "
+            "(RAN paper Table 1, HC-SA)",
+            f"{HC_PAPER}; as compared in {RAN_PAPER}",
+            {"encoder_attention": "hard-gaussian", "decoder_attention": "hard-gaussian", "cross_attention": "softmax"},
+        ),
+        Preset(
+            "hard-gaussian-cross",
+            "baseline: hard-coded Gaussian cross-attention, softmax self-attention (GMM paper Table 2, Hard-Code "
+            "Gaussian)",
+            f"{HC_PAPER}; as compared in {GMM_PAPER}",
+            {"encoder_attention": "softmax", "decoder_attention": "softmax", "cross_attention": "hard-gaussian"},
+        ),
+    )
+
+    @classmethod
+    def validate_config(cls, config):
+        s = config.hard_gaussian_std
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s < math.inf:
+            raise HfAttnConfigError(f"hard_gaussian_std={s!r} must be a positive number of positions (paper: 1)")
+        for site in ("encoder", "decoder", "cross"):
+            key = f"hard_gaussian_{site}_offsets"
+            if not _offsets_ok(getattr(config, key)):
+                raise HfAttnConfigError(
+                    f"{key}={getattr(config, key)!r} must be a non-empty list of position offsets, one per head "
+                    "(repeated over the heads), e.g. [-1, 1]"
+                )
+        if any(x > 0 for x in config.hard_gaussian_decoder_offsets):
+            raise HfAttnConfigError(
+                f"hard_gaussian_decoder_offsets={config.hard_gaussian_decoder_offsets!r}: a positive offset centres "
+                "a decoder head on a future (masked) token; use offsets <= 0, e.g. [-1, 0]"
+            )
+        r = config.hard_gaussian_length_ratio
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
+            raise HfAttnConfigError(
+                f"hard_gaussian_length_ratio={r!r} must be a positive number (mean source length / target length)"
+            )
+        if not isinstance(config.hard_gaussian_normalize, bool):
+            raise HfAttnConfigError(f"hard_gaussian_normalize={config.hard_gaussian_normalize!r} must be true or false")
+
+    def setup_positional(self, config):
+        self.std = float(config.hard_gaussian_std)
+        offsets = list(getattr(config, f"hard_gaussian_{self.site}_offsets"))
+        self.offsets = [float(offsets[h % len(offsets)]) for h in range(self.num_heads)]
+        self.length_ratio = float(config.hard_gaussian_length_ratio)
+        self.normalize = config.hard_gaussian_normalize
+
+    def positional_attend(self, v, keep, past, output_attentions):
+        tgt_len, src_len = keep.shape[-2], v.shape[2]
+        with float32_autocast_off(v):
+            offsets = torch.tensor(self.offsets, device=v.device)[None, :, None, None]  # [1, H, 1, 1]
+            if self.site == "decoder":  # absolute target positions; the query row is past + t
+                key_pos = torch.arange(src_len, device=v.device, dtype=torch.float32)
+                query_pos = torch.arange(past, past + tgt_len, device=v.device, dtype=torch.float32)
+                centre = query_pos[None, None, :, None] + offsets  # [1, H, T, 1]
+            else:  # source positions count the real tokens only (padding may be on either side)
+                real = source_padding(keep).float()  # [B, 1, 1, S]
+                key_pos = real.cumsum(-1) - 1
+                if self.site == "encoder":  # queries are the same tokens: c(i) = pos(i) + offset
+                    centre = key_pos.transpose(-1, -2) + offsets  # [B, H, T, 1]
+                else:  # c(i) = i * r, clamped to the real source [0, J-1]
+                    query_pos = torch.arange(past, past + tgt_len, device=v.device, dtype=torch.float32)
+                    last = (real.sum(-1, keepdim=True) - 1).clamp(min=0)  # [B, 1, 1, 1]
+                    centre = (query_pos[None, None, :, None] * self.length_ratio + offsets).clamp(min=0)
+                    centre = torch.minimum(centre, last)  # [B, H, T, 1]
+            # log N(j; c, sigma^2)
+            log_density = -(key_pos - centre).square() / (2 * self.std**2) - math.log(self.std) - _LOG_SQRT_2PI
+            if self.normalize:
+                weights = torch.softmax(log_density.masked_fill(~nonempty(keep), torch.finfo(torch.float32).min), -1)
+            else:  # the authors' code: density at the visible positions, 0 elsewhere
+                weights = log_density.exp() * keep
+        return weighted_values(weights, v, self.attn_dropout, self.training, output_attentions)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, offsets={self.offsets}, std={self.std}"
+
+
+class SynthesizerAttention(PositionalAttention):
+    """Random Synthesizer: softmax of a trainable [H, Lmax, Lmax] logits matrix per layer (Tay et al.)."""
+
+    variant = "synthesizer"
+    description = "random Synthesizer: a trainable [H, Lmax, Lmax] attention matrix per layer (Tay et al. 2021)"
+    sites = ("encoder", "decoder")
+    config_defaults = {
+        "synthesizer_max_positions": 256,  # Lmax (the RAN code's RandomAttention: maxlen = 256)
+        "synthesizer_init": "xavier_uniform",  # "ones" = the RAN code's Syn-R (uniform attention at start)
+    }
+    presets = (
+        Preset(
+            "synthesizer",
+            "baseline: random Synthesizer in encoder and decoder self-attention, softmax cross-attention "
+            "(RAN paper Table 1, Syn-R)",
+            f"{SYN_PAPER}; as compared in {RAN_PAPER}",
+            {"encoder_attention": "synthesizer", "decoder_attention": "synthesizer", "cross_attention": "softmax"},
+        ),
+    )
+
+    @classmethod
+    def validate_config(cls, config):
+        n = config.synthesizer_max_positions
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise HfAttnConfigError(
+                f"synthesizer_max_positions={n!r} must be a positive integer (the longest input, in tokens)"
+            )
+        if config.synthesizer_init not in SYNTHESIZER_INITS:
+            raise HfAttnConfigError(
+                f"synthesizer_init={config.synthesizer_init!r} is not valid; choose one of {list(SYNTHESIZER_INITS)}"
+            )
+
+    @classmethod
+    def max_positions(cls, config):
+        if "synthesizer" in config.attention_layout()["decoder"]:
+            return config.synthesizer_max_positions
+        return None
+
+    def setup_positional(self, config):
+        self.max_len = config.synthesizer_max_positions
+        self.init_kind = config.synthesizer_init
+        self.synthesizer_logits = nn.Parameter(torch.empty(self.num_heads, self.max_len, self.max_len))  # R
+
+    def init_variant_weights(self, init):
+        if self.init_kind == "ones":
+            init.ones_(self.synthesizer_logits)
+        else:
+            init.xavier_uniform_(self.synthesizer_logits)
+
+    def layer_matrix(self, length: int | None = None) -> torch.Tensor:
+        """This layer's learned logits R, detached float32 ``[H, length, length]`` (default Lmax)."""
+        length = length or self.max_len
+        check_length(length, self.max_len, self.variant, "synthesizer_max_positions")
+        return self.synthesizer_logits.detach()[:, :length, :length].float().clone()
+
+    def positional_attend(self, v, keep, past, output_attentions):
+        tgt_len, src_len = keep.shape[-2], v.shape[2]
+        check_length(max(src_len, past + tgt_len), self.max_len, self.variant, "synthesizer_max_positions")
+        check_right_padding(keep, self.variant, self.site)
+        logits = self.synthesizer_logits[:, past : past + tgt_len, :src_len]
+        return positional_softmax(logits, keep, v, self.attn_dropout, self.training, output_attentions)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_positions={self.max_len}"
