@@ -232,6 +232,11 @@ def test_right_padding_is_invisible_and_left_padding_is_refused(preset):
     left["attention_mask"] = torch.flip(left["attention_mask"], dims=[1])
     with pytest.raises(HfAttnConfigError, match="right padding"):
         model(**left)
+    dec = ran_model("marian", "ran-d")
+    ids = torch.randint(3, 60, (2, 5))
+    dmask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])  # a left-padded target
+    with pytest.raises(HfAttnConfigError, match=r"\(decoder\).*right padding"):
+        dec(input_ids=ids, decoder_input_ids=ids, decoder_attention_mask=dmask)
 
 
 def test_too_long_inputs_name_the_limit_and_generation_is_capped():

@@ -202,7 +202,8 @@ class SynthesizerAttention(PositionalAttention):
     def positional_attend(self, v, keep, past, output_attentions):
         tgt_len, src_len = keep.shape[-2], v.shape[2]
         check_length(max(src_len, past + tgt_len), self.max_len, self.variant, "synthesizer_max_positions")
-        check_right_padding(keep, self.variant, self.site)
+        if past == 0:  # once per input (never per cached decoding step: no device sync)
+            check_right_padding(keep, self.variant, self.site)
         logits = self.synthesizer_logits[:, past : past + tgt_len, :src_len]
         return positional_softmax(logits, keep, v, self.attn_dropout, self.training, output_attentions)
 

@@ -313,7 +313,8 @@ class RecurrentAttention(PositionalAttention):
     def positional_attend(self, v, keep, past, output_attentions):
         tgt_len, src_len = keep.shape[-2], v.shape[2]
         check_length(max(src_len, past + tgt_len), self.max_len, self.variant, "ran_max_positions")
-        check_right_padding(keep, self.variant, self.site)
+        if past == 0 and self.ran_step == 0:  # once per stack and input (never per decoding step: no sync)
+            check_right_padding(keep, self.variant, self.site)
         a = self.ran_stack.layer_logits(self.ran_step, past + tgt_len)
         logits = a[:, past : past + tgt_len, :src_len]  # cached decoding: the row of the current position
         return positional_softmax(logits, keep, v, self.ran_dropout, self.training, output_attentions)  # Eq. 2
