@@ -357,3 +357,47 @@ def test_chunked_training_with_dropout_is_finite():
     out.loss.backward()
     assert torch.isfinite(out.loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# analysis: entropy / top-p% mass summaries (hf_attn.analysis.reluformer)
+# ---------------------------------------------------------------------------------------------------------------
+def test_top_p_mass_by_hand():
+    from hf_attn.analysis.reluformer import top_p_mass
+
+    w = torch.tensor([[[[4.0, 3.0, 2.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]]]])
+    keep = torch.tensor([[True, True, True, True, False], [True, True, True, True, True]])[None, None]
+    # row 0: n = 4, top ceil(0.3 * 4) = 2 entries hold 7/10 ; row 1 is null (excluded)
+    assert top_p_mass(w, keep, p=0.3) == pytest.approx(0.7)
+    assert top_p_mass(w, keep, p=1.0) == pytest.approx(1.0)
+
+
+class WordTok:
+    """Enough tokenizer for attention_summary: words -> ids, EOS appended, right padding."""
+
+    pad_token_id = PAD
+
+    def __call__(self, texts, text_target, padding, truncation, max_length, return_tensors):
+        def encode(batch):
+            ids = [[3 + sum(map(ord, w)) % 50 for w in t.split()][: max_length - 1] + [EOS] for t in batch]
+            n = max(map(len, ids))
+            return torch.tensor([x + [PAD] * (n - len(x)) for x in ids]), torch.tensor(
+                [[1] * len(x) + [0] * (n - len(x)) for x in ids])
+
+        ids, mask = encode(texts)
+        labels, _ = encode(text_target)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def test_attention_summary_reports_entropy_per_site():
+    from hf_attn.analysis.reluformer import attention_summary
+
+    src = ["a b c d", "e f", "g h i j k l"]
+    tgt = ["x y z", "w", "u v t s"]
+    out = {p: attention_summary(strong_model("marian", p), WordTok(), src, tgt, batch_size=2)
+           for p in ("softmax", "reluformer")}
+    for summary in out.values():
+        assert set(summary) >= {"encoder", "decoder", "cross", "mean_entropy"} and summary["sentences"] == 3
+        for site in ("encoder", "decoder", "cross"):
+            assert summary[site]["entropy"] >= 0 and 0 < summary[site]["top_p_mass"] <= 1 + 1e-6
+    assert out["softmax"]["encoder"]["sparsity"] == 0.0 and out["reluformer"]["encoder"]["sparsity"] > 0
