@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .attention_calibration import CalibratedAttention
 from .attention_fixed import HardGaussianAttention, SynthesizerAttention
 from .attention_gmm import GmmAttention
 from .attention_ran import RecurrentAttention
@@ -21,5 +22,6 @@ ATTENTION_VARIANTS = {
         HardGaussianAttention,
         SynthesizerAttention,
         ReluFormerAttention,
+        CalibratedAttention,
     )
 }

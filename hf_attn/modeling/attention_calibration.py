@@ -1,0 +1,431 @@
+"""Attention calibration (Lu, Zeng, Zhang, Wu & Li 2021, "Attention Calibration for Transformer in Neural Machine
+Translation", ACL). Official code: yulu-dada/Attention-calibration-NMT (fairseq); the defaults follow it, the
+paper's formulas are options, and its bugs are fixed (VARIANTS.md section 4).
+
+Two networks share the decoder: the NMT model (theta) and, in every calibrated decoder layer, a mask-perturbation
+model (phi, the "attacker") with its own W_q, W_k (heads as in the layer). With x the input of the cross-attention
+(decoder states) and h the encoder states:
+
+    a    = softmax(q k^T / sqrt(dh))  over the real source tokens                       Eq. 1 (original weights)
+    m    = sigmoid((x W_q)(h W_k)^T / sqrt(dh)),  m = 0 on padding                      Eq. 4 (mask in (0, 1))
+    a_p  = m * a + (1 - m) * mu0,  mu0 = 1/J on the J real source tokens, 0 on padding  Eq. 3 (perturbed pass)
+    a_c  = a * exp(1 - m)                                                              Eq. 7 (calibrated)
+    fusion (calibration_fusion):
+      fixed         a + lambda * a_c                     released code (lambda = 0.1, Section 4.2)
+      fixed_softmax softmax(a + lambda * a_c)            the paper's Eq. 8 as printed (real tokens only)
+      anneal        r a + (1 - r) a_c,  r = exp(-s / 1e5)   Eq. 9; s = optimiser step (see below)
+      gate          g a + (1 - g) a_c,  g = sigmoid(W_g q + b_g)    Eq. 10; W_g: dh -> 1 on each head's scaled
+                    query, shared by the heads (released code); calibration_gate_per_head=True: one per head (paper)
+
+The released code spreads the removed mass (1 - m) a over *all* key slots, padding included (its mu0 is the row
+mean over the padded length). Here mu0 is uniform over the real source tokens only: a_p and every fused weight
+put exactly 0 on padding.
+
+Training (Section 3.3) does two decoder passes over one encoder pass. The calibrated pass (the model's ordinary
+forward) gives the translation loss L_nmt; the perturbed pass (all calibrated layers use a_p) gives CE_p:
+
+    theta minimises L_nmt                                                        Eq. 11
+    phi   minimises L_phi = -CE_p + alpha * ||1 - M||                            Eq. 5-6 (M: every mask of the
+                                                                                 calibrated pass)
+
+The released code needs two backward passes with ``requires_grad`` toggling. Here ONE loss carries both:
+
+    L = L_nmt(theta, phi.detach()) + [L_phi(theta.detach(), phi) - L_phi.detach()]
+
+* calibrated pass: the mask reads the live decoder / encoder states with *detached* W_q, W_k, so L_nmt reaches
+  theta also through the mask (as in the released code) and never reaches phi;
+* penalty: the same masks recomputed from *detached* states with the live W_q, W_k (phi only);
+* perturbed pass: the decoder and output layer run with detached theta parameters (``torch.func.functional_call``)
+  on the detached encoder output, so CE_p reaches phi (through every layer's activations) and never theta;
+* the bracket has value 0 and the gradient of L_phi, so the reported loss is the translation loss.
+
+A stock ``Trainer``, gradient accumulation, fp16/bf16 autocast and DDP (every parameter gets its gradient from
+the single backward) work unchanged. The perturbed pass needs the targets: ``labels``, or, when ``Trainer`` pops
+them for label smoothing, the targets recovered from ``decoder_input_ids`` (shifted by one; the very last
+target position of the batch, when it is a real token, is then left out of CE_p).
+
+alpha rescaled for a mean-reduced loss. The released criterion is fairseq's: the label-smoothed CE is SUMMED over
+the N target tokens of a batch, the penalty is ||1 - M||_2 / S (Frobenius norm over layers x heads x batch x
+target x source, S = padded source length), alpha = 0.03, and fairseq divides the gradients by N. Its effective
+objective is therefore -CE_mean + 0.03 * ||1 - M||_2 / (S * N), whose strength depends on the batch shape:
+||1 - M||_2 = sqrt(L H N S) * rms(1 - M). Here the penalty is the batch-size independent
+
+    P = rms(1 - M) = sqrt(mean over real (layer, head, target, source) entries of (1 - m)^2)
+
+and L_phi = -CE_p(mean) + alpha * P, with alpha = 0.03 * sqrt(L H / (N S)) at the paper's geometry (Transformer
+base L = 6 layers, H = 8 heads; --max-tokens 8192 per GPU, N ~ 8192 target tokens; S ~ 30 source tokens):
+0.03 * sqrt(48 / 245760) = 4.2e-4 (``calibration_alpha``). CE_p is label smoothed with eps = 0.1 as in the
+released criterion (``calibration_label_smoothing``). lambda (fixed fusion) weighs attention weights, not a loss,
+so it needs no rescaling: 0.1.
+
+Anneal: the trainer calls ``model.set_training_step(step)`` before every optimiser step; each calibrated module
+keeps the step in a persistent int64 buffer ``calibration_step`` that is saved with the weights, so a saved model
+decodes with r of its last training step (the released code hard-codes the value of step 150k at load time).
+
+Inference decodes with the fused weights (one pass; the mask network runs, no perturbed pass). The masks are a
+saliency map (small m = decisive source token): ``hf_attn.analysis.calibration``.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention_base import HfAttnConfigError, Preset, VariantAttention, float32_autocast_off, nonempty, source_padding
+
+CALIBRATION_PAPER = (
+    "Lu, Zeng, Zhang, Wu & Li 2021, Attention Calibration for Transformer in Neural Machine Translation (ACL)"
+)
+FUSIONS = ("fixed", "fixed_softmax", "anneal", "gate")
+# 0.03 (released --mask-loss-weight) * sqrt(L H / (N S)) with L=6, H=8, N=8192, S=30: see the module docstring
+PAPER_ALPHA_SUMMED = 0.03
+DEFAULT_ALPHA = round(PAPER_ALPHA_SUMMED * math.sqrt(6 * 8 / (8192 * 30)), 5)  # 0.00042
+
+
+def _cut(t: torch.Tensor) -> torch.Tensor:
+    """Where one objective's gradient must stop (tests swap it for the identity to rebuild the released recipe)."""
+    return t.detach()
+
+
+def _calibrated(**extra) -> dict:
+    """Preset overrides: calibrated cross-attention, softmax self-attention (the paper's setting)."""
+    return {"encoder_attention": "softmax", "decoder_attention": "softmax", "cross_attention": "calibrated", **extra}
+
+
+class CalibratedAttention(VariantAttention):
+    """Softmax cross-attention recalibrated by a jointly trained mask-perturbation model (Lu et al. 2021)."""
+
+    variant = "calibrated"
+    description = (
+        "cross-attention recalibrated by a jointly trained mask-perturbation model: a * exp(1 - m) fused with a "
+        "(Lu et al. 2021)"
+    )
+    sites = ("cross",)
+    config_defaults = {  # noqa: RUF012 (read-only, as in every variant)
+        "calibration_fusion": "gate",  # Eq. 8-10: "fixed", "fixed_softmax" (Eq. 8 as printed), "anneal", "gate"
+        "calibration_lambda": 0.1,  # fixed fusion weight (Section 4.2)
+        "calibration_anneal_steps": 100000.0,  # Eq. 9: r = exp(-step / calibration_anneal_steps)
+        "calibration_alpha": DEFAULT_ALPHA,  # Eq. 5 penalty weight, rescaled for a mean loss (docstring)
+        "calibration_gate_per_head": False,  # Eq. 10: released code shares W_g over heads; True = per head (paper)
+        "calibration_label_smoothing": 0.1,  # of CE_p in L_phi (the released criterion smooths it)
+    }
+    presets = (
+        Preset(
+            "calibration-fixed",
+            "attention calibration, fixed weighted sum a + 0.1 a_c (Section 3.2, Eq. 8; Tables 2-4 'Fixed')",
+            CALIBRATION_PAPER,
+            _calibrated(calibration_fusion="fixed"),
+        ),
+        Preset(
+            "calibration-anneal",
+            "attention calibration, annealing r a + (1-r) a_c, r = exp(-step/1e5) (Eq. 9; Tables 2-4 'Anneal')",
+            CALIBRATION_PAPER,
+            _calibrated(calibration_fusion="anneal"),
+        ),
+        Preset(
+            "calibration-gate",
+            "attention calibration, gating g a + (1-g) a_c (Eq. 10; Tables 2-4 'Gate', the paper's best)",
+            CALIBRATION_PAPER,
+            _calibrated(calibration_fusion="gate"),
+        ),
+    )
+
+    # ---- configuration ----------------------------------------------------------------------------------------
+    @classmethod
+    def validate_config(cls, config):
+        fusion = config.calibration_fusion
+        if fusion not in FUSIONS:
+            raise HfAttnConfigError(f"calibration_fusion={fusion!r} is not valid; choose one of {list(FUSIONS)}")
+        checks = (
+            ("calibration_lambda", 0.0, False, "the paper uses 0.1"),
+            ("calibration_alpha", 0.0, False, f"default {DEFAULT_ALPHA}, the paper's 0.03 rescaled for a mean loss"),
+            ("calibration_anneal_steps", 0.0, True, "the paper uses 1e5 optimiser steps"),
+        )
+        for key, low, strict_low, hint in checks:
+            value = getattr(config, key)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            ok = ok and (value > low if strict_low else value >= low)
+            if not ok:
+                bound = "> 0" if strict_low else ">= 0"
+                raise HfAttnConfigError(f"{key}={value!r} must be a finite number {bound} ({hint})")
+        ls = config.calibration_label_smoothing
+        if isinstance(ls, bool) or not isinstance(ls, (int, float)) or not 0 <= ls < 1:
+            raise HfAttnConfigError(
+                f"calibration_label_smoothing={ls!r} must be in [0, 1) (the released criterion uses 0.1; 0 = plain CE)"
+            )
+        if not isinstance(config.calibration_gate_per_head, bool):
+            raise HfAttnConfigError(
+                f"calibration_gate_per_head={config.calibration_gate_per_head!r} must be true or false"
+            )
+
+    def setup(self, config):
+        self.fusion = config.calibration_fusion
+        self.calibration_lambda = float(config.calibration_lambda)
+        self.anneal_steps = float(config.calibration_anneal_steps)
+        self.gate_per_head = config.calibration_gate_per_head
+        d, h, dh = self.embed_dim, self.num_heads, self.head_dim
+        # phi: the mask-perturbation model of this layer (Eq. 4), heads as in the layer
+        self.perturb_q_proj = nn.Linear(d, d, bias=True)
+        self.perturb_k_proj = nn.Linear(d, d, bias=True)
+        if self.fusion == "gate":  # Eq. 10 (part of theta: trained by the translation loss)
+            if self.gate_per_head:
+                self.calibration_gate_weight = nn.Parameter(torch.empty(h, dh))
+                self.calibration_gate_bias = nn.Parameter(torch.empty(h))
+            else:
+                self.calibration_gate = nn.Linear(dh, 1)
+        if self.fusion == "anneal":  # Eq. 9: the optimiser step, saved with the weights (int64: exact, never cast)
+            self.register_buffer("calibration_step", torch.zeros((), dtype=torch.long), persistent=True)
+        self.calibration_mode = "calibrated"  # "perturbed" during the perturbed pass (set by `perturbed_pass`)
+        self.calibration_record = False  # True (hf_attn.analysis.calibration): keep the last maps
+        self.calibration_last = None
+        self._calibration_stats = None  # per-forward statistics for the model-level objective
+        self._phi_key_cache = None  # (encoder states, k') during cached decoding
+
+    def init_variant_weights(self, init):
+        """phi: xavier-uniform with gain 1/sqrt(2), zero biases (fairseq MultiheadAttention); gate: U(+-1/sqrt(dh)),
+        zero bias (g = 0.5 on average at the start); anneal step 0."""
+        for lin in (self.perturb_q_proj, self.perturb_k_proj):
+            init.xavier_uniform_(lin.weight, gain=1 / math.sqrt(2))
+            init.zeros_(lin.bias)
+        bound = 1 / math.sqrt(self.head_dim)
+        if self.fusion == "gate":
+            if self.gate_per_head:
+                init.uniform_(self.calibration_gate_weight, -bound, bound)
+                init.zeros_(self.calibration_gate_bias)
+            else:
+                init.uniform_(self.calibration_gate.weight, -bound, bound)
+                init.zeros_(self.calibration_gate.bias)
+        if self.fusion == "anneal":
+            init.zeros_(self.calibration_step)
+
+    def phi_parameters(self) -> list[nn.Parameter]:
+        """The mask-perturbation model's parameters (phi); every other parameter of the model is theta."""
+        return [*self.perturb_q_proj.parameters(), *self.perturb_k_proj.parameters()]
+
+    # ---- step-driven schedule ---------------------------------------------------------------------------------
+    def set_training_step(self, step: int) -> None:
+        if self.fusion == "anneal":
+            with torch.no_grad():
+                self.calibration_step.fill_(int(step))
+
+    def anneal_ratio(self) -> torch.Tensor:
+        """r = exp(-step / 1e5) (Eq. 9), a 0-dim float32 tensor (no host sync)."""
+        return torch.exp(-self.calibration_step.float() / self.anneal_steps)
+
+    # ---- forward ----------------------------------------------------------------------------------------------
+    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+        q, k, v = self.project(hidden_states, key_value_states, past_key_values)
+        keep = self.keep_mask(attention_mask, q.shape[2], k.shape[2], q.device)
+        weights = self.calibrated_weights(q, k, keep, hidden_states, key_value_states, past_key_values is not None)
+        weights = weights.to(v.dtype)
+        ctx = torch.matmul(F.dropout(weights, p=self.attn_dropout, training=self.training), v)
+        o = ctx.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
+        return self.out_proj(o), (weights if kwargs.get("output_attentions") else None)
+
+    def attend(self, q, k, v, keep, output_attentions=False):  # pragma: no cover - forward needs the states
+        raise NotImplementedError("CalibratedAttention reads the layer's input states: call the module itself")
+
+    def perturbation_mask(self, x, enc, real, view: str, cached: bool = False) -> torch.Tensor:
+        """m = sigmoid(q' k'^T / sqrt(dh)) (Eq. 4), float32 [B,H,T,S], exactly 0 on padding.
+
+        view "nmt": detached W_q, W_k on the live states (L_nmt reaches theta through m, never phi);
+        view "phi": live W_q, W_k on detached states (the penalty reaches phi only);
+        view "live": both live (perturbed pass, whose theta parameters are already detached; inference).
+        """
+        wq, bq = self.perturb_q_proj.weight, self.perturb_q_proj.bias
+        wk, bk = self.perturb_k_proj.weight, self.perturb_k_proj.bias
+        if view == "nmt":
+            wq, bq, wk, bk = _cut(wq), _cut(bq), _cut(wk), _cut(bk)
+        elif view == "phi":
+            x, enc = _cut(x), _cut(enc)
+        bsz, tgt = x.shape[:2]
+        qp = F.linear(x.float(), wq.float(), bq.float()).view(bsz, tgt, -1, self.head_dim).transpose(1, 2)
+        kp = None
+        if cached and not torch.is_grad_enabled() and self._phi_key_cache is not None:
+            src, kp_cached = self._phi_key_cache
+            if src is enc:  # same encoder output as the previous decoding step: reuse k'
+                kp = kp_cached
+        if kp is None:
+            kp = F.linear(enc.float(), wk.float(), bk.float()).view(enc.shape[0], enc.shape[1], -1, self.head_dim)
+            kp = kp.transpose(1, 2)
+            self._phi_key_cache = (enc, kp) if cached and not torch.is_grad_enabled() else None
+        scores = torch.matmul(qp * self.scaling, kp.transpose(-1, -2))
+        return torch.sigmoid(scores) * real
+
+    def calibrated_weights(self, q, k, keep, x, enc, cached=False) -> torch.Tensor:
+        """The weights this layer attends with: fused (calibrated pass, inference) or a_p (perturbed pass)."""
+        record = {}
+        with float32_autocast_off(q):
+            real = source_padding(keep)  # [B|1, 1, 1, S]
+            scores = torch.matmul(q.float() * self.scaling, k.float().transpose(-1, -2))
+            scores = scores.masked_fill(~nonempty(keep), torch.finfo(scores.dtype).min)
+            a = torch.softmax(scores, dim=-1)  # Eq. 1
+            if self.calibration_mode == "perturbed":
+                m = self.perturbation_mask(x, enc, real, "live")
+                mu0 = real / real.sum(-1, keepdim=True).clamp(min=1)  # uniform over the real tokens only
+                w = m * a + (1 - m) * mu0  # Eq. 3
+                record.update(perturbed=w, perturbed_mask=m, perturbed_attention=a)
+            else:
+                training = self.training and torch.is_grad_enabled()
+                m = self.perturbation_mask(x, enc, real, "nmt" if training else "live", cached=cached)
+                a_c = a * torch.exp(1 - m)  # Eq. 7
+                w, g = self.fuse(a, a_c, q, keep)
+                record.update(attention=a, mask=m, calibrated=a_c, combined=w)
+                if g is not None:
+                    record["gate"] = g.squeeze(-1)
+                if training:
+                    self._record_statistics(x, enc, real, m, g)
+        if self.calibration_record:
+            last = self.calibration_last if self.calibration_mode == "perturbed" and self.calibration_last else {}
+            self.calibration_last = {**last, **{n: t.detach() for n, t in record.items()}}
+        return w
+
+    def fuse(self, a, a_c, q, keep):
+        """(a_comb, gate or None), Eq. 8-10."""
+        if self.fusion == "fixed":  # released code
+            return a + self.calibration_lambda * a_c, None
+        if self.fusion == "fixed_softmax":  # Eq. 8 as printed, over the real source tokens
+            mixed = (a + self.calibration_lambda * a_c).masked_fill(~nonempty(keep), torch.finfo(a.dtype).min)
+            return torch.softmax(mixed, dim=-1) * nonempty(keep), None
+        if self.fusion == "anneal":  # Eq. 9
+            r = self.anneal_ratio()
+            return r * a + (1 - r) * a_c, None
+        qs = q.float() * self.scaling  # the released gate reads the scaled query of each head
+        if self.gate_per_head:
+            logit = torch.einsum("bhtd,hd->bht", qs, self.calibration_gate_weight.float())
+            logit = (logit + self.calibration_gate_bias.float()[:, None])[..., None]
+        else:
+            logit = F.linear(qs, self.calibration_gate.weight.float(), self.calibration_gate.bias.float())
+        g = torch.sigmoid(logit)  # Eq. 10, [B, H, T, 1]
+        return g * a + (1 - g) * a_c, g
+
+    def _record_statistics(self, x, enc, real, m_nmt, g):
+        """Per target position sums for the model-level objective: penalty (phi view), mean mask, gate, anneal."""
+        m_phi = self.perturbation_mask(x, enc, real, "phi")
+        sq = ((1 - m_phi).square() * real).sum(dim=(1, 3))  # [B, T]  (Eq. 6 over heads and real sources)
+        n = (real.sum(dim=(1, 3)) * self.num_heads).expand_as(sq)  # [B, T] entries per target position
+        stats = {"penalty_sq": sq, "count": n, "mask_sum": (m_nmt.detach() * real).sum(dim=(1, 3))}
+        if g is not None:
+            stats["gate_sum"] = g.detach().squeeze(-1).sum(1)  # [B, T]
+        if self.fusion == "anneal" and getattr(self, "aux_logs", None) is not None:
+            self.aux_logs["calibration_anneal_ratio"] = self.anneal_ratio().detach()
+        self._calibration_stats = stats
+
+    def reorder_state(self, beam_idx):
+        """Beam search: k' depends only on the (unreordered) encoder states; nothing to reorder."""
+
+    def extra_repr(self) -> str:
+        extra = {"fixed": f", lambda={self.calibration_lambda}", "fixed_softmax": f", lambda={self.calibration_lambda}"}
+        return f"{super().extra_repr()}, fusion={self.fusion}{extra.get(self.fusion, '')}"
+
+    # ---- the model-level objective ------------------------------------------------------------------------------
+    @classmethod
+    def model_losses(cls, model, out, inputs):
+        """({"calibration": L_phi - L_phi.detach()}, logs) while training; nothing otherwise (see the docstring)."""
+        modules = calibrated_modules(model)
+        stats = [m._calibration_stats for m in modules]
+        for m in modules:
+            m._calibration_stats = None
+        if not (model.training and torch.is_grad_enabled()) or any(s is None for s in stats):
+            return {}, {}
+        targets = objective_targets(model, inputs)
+        if targets is None:
+            return {}, {}
+        valid = targets.ne(-100).float()  # [B, T]
+        n_tokens = valid.sum().clamp(min=1)
+        count = sum((s["count"] * valid).sum() for s in stats).clamp(min=1)
+        penalty = torch.sqrt(sum((s["penalty_sq"] * valid).sum() for s in stats) / count + 1e-12)  # rms(1 - M)
+        logs = {
+            "mean_mask": sum((s["mask_sum"] * valid).sum() for s in stats) / count,
+            "mask_penalty": penalty.detach(),
+        }
+        if "gate_sum" in stats[0]:
+            gates = sum((s["gate_sum"] * valid).sum() for s in stats)
+            logs["calibration_gate"] = gates / (n_tokens * model.config.decoder_attention_heads * len(stats))
+        logits = out.logits.float()
+        logs["translation_loss"] = F.cross_entropy(
+            logits.detach().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
+        )
+        smoothed, nll = perturbed_pass(model, out, inputs, targets, model.config.calibration_label_smoothing)
+        logs["perturbed_loss"] = nll.detach()
+        objective = -smoothed + model.config.calibration_alpha * penalty  # Eq. 5
+        logs["perturbation_objective"] = objective.detach()
+        return {"calibration": objective - objective.detach()}, logs
+
+
+# ---- model-level helpers --------------------------------------------------------------------------------------
+def calibrated_modules(model) -> list:
+    """The calibrated cross-attention modules of an hf-attn model, in layer order (also with remote code)."""
+    return [m for m in model.attention_modules("cross") if getattr(m, "variant", None) == "calibrated"]
+
+
+def objective_targets(model, inputs) -> torch.Tensor | None:
+    """[B, T] targets of the decoder positions (-100 = ignore): ``labels``, else ``decoder_input_ids`` shifted left
+    (Trainer pops ``labels`` when it smooths them itself); None when neither is there."""
+    if inputs.get("labels") is not None:
+        return inputs["labels"]
+    dec = inputs.get("decoder_input_ids")
+    if dec is None:
+        return None
+    targets = torch.full_like(dec, -100)
+    targets[:, :-1] = dec[:, 1:]
+    targets = targets.masked_fill(targets.eq(model.config.pad_token_id), -100)
+    mask = inputs.get("decoder_attention_mask")
+    if mask is not None:
+        shifted = torch.zeros_like(mask)
+        shifted[:, :-1] = mask[:, 1:]
+        targets = targets.masked_fill(~shifted.bool(), -100)
+    return targets
+
+
+@contextmanager
+def calibration_mode(modules, mode: str):
+    before = [m.calibration_mode for m in modules]
+    for m in modules:
+        m.calibration_mode = mode
+    try:
+        yield
+    finally:
+        for m, b in zip(modules, before):
+            m.calibration_mode = b
+
+
+def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0):
+    """CE_p of the perturbed pass: (label-smoothed mean, plain mean NLL) over the real target tokens.
+
+    Decoder and output layer run with detached theta parameters on the detached encoder output; only phi (W_q,
+    W_k of every layer) is live, so the gradient of CE_p reaches phi alone, through every layer's activations."""
+    modules = calibrated_modules(model)
+    decoder = model.get_decoder()
+    phi = {id(p) for m in modules for p in m.phi_parameters()}
+    params = {n: _cut(p) for n, p in decoder.named_parameters() if id(p) not in phi}
+    dec_ids, dec_embeds = inputs.get("decoder_input_ids"), inputs.get("decoder_inputs_embeds")
+    if dec_ids is None and dec_embeds is None:
+        dec_ids = model.prepare_decoder_input_ids_from_labels(inputs["labels"])
+    kwargs = {
+        "input_ids": dec_ids if dec_embeds is None else None,
+        "inputs_embeds": _cut(dec_embeds) if dec_embeds is not None else None,
+        "attention_mask": inputs.get("decoder_attention_mask"),
+        "encoder_hidden_states": _cut(out.encoder_last_hidden_state),
+        "encoder_attention_mask": inputs.get("attention_mask"),
+        "use_cache": False,
+        "return_dict": True,
+    }
+    with calibration_mode(modules, "perturbed"):
+        hidden = torch.func.functional_call(decoder, params, (), kwargs).last_hidden_state
+    head = model.get_output_embeddings()
+    logits = F.linear(hidden, _cut(head.weight), None if head.bias is None else _cut(head.bias))
+    if getattr(model, "final_logits_bias", None) is not None:
+        logits = logits + model.final_logits_bias
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    valid = targets.ne(-100)
+    nll = -logp.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)
+    smooth = -logp.mean(-1)
+    n = valid.sum().clamp(min=1)
+    nll_mean = (nll * valid).sum() / n
+    smoothed = ((1 - label_smoothing) * nll + label_smoothing * smooth) * valid
+    return smoothed.sum() / n, nll_mean
