@@ -1,0 +1,335 @@
+"""Gaussian-mixture cross-attention (Zhang & Feng 2021; VARIANTS.md section 2): normalisation, numerics, padding,
+parameter overhead, the synthesis network's decoding state, and the gate / mixture analysis (Figure 5).
+
+The generic preset contract (training step, beam search, cache agreement, output_attentions, remote-code load)
+runs for every gmm preset in test_presets.py; this file checks what is specific to GMM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import EOS, PAD, tiny_batch, tiny_config, tiny_model
+
+import hf_attn
+from hf_attn.analysis import gmm as gmm_analysis
+
+GMM_PRESETS = sorted(name for name in hf_attn.PRESETS if name.startswith("gmm"))
+NORMALIZATIONS = ("approximate", "strict", "synthesis")
+
+
+def cross(model, layer=0):
+    return model.model.decoder.layers[layer].encoder_attn
+
+
+def real_rows(weights, labels):
+    """Sums over the source of the rows of real target tokens: [n]."""
+    sums = weights.sum(-1)  # [B, H, T]
+    return sums[labels.ne(-100)[:, None, :].expand_as(sums)]
+
+
+def module_inputs(d_model, batch=2, tgt=5, src=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, tgt, d_model, generator=g), torch.randn(batch, src, d_model, generator=g)
+
+
+def run_module(module, hidden, memory, keep_src):
+    """One cross-attention call with a bool source keep mask [B, S] -> (output [B,T,d], weights [B,H,T,S])."""
+    keep = keep_src[:, None, None, :].expand(-1, 1, hidden.shape[1], -1)
+    with torch.no_grad():
+        return module(hidden, key_value_states=memory, attention_mask=keep, output_attentions=True)
+
+
+# ---- normalisation ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("base", ("marian", "bart"))
+def test_fused_weights_sum_to_about_one_for_gmm_and_exactly_one_for_strict(base):
+    b = tiny_batch()
+    for preset, tol in (("gmm", 0.1), ("gmm-strict", 1e-5)):
+        out = tiny_model(base, preset)(**b, output_attentions=True)
+        assert len(out.cross_attentions) == 2
+        for w in out.cross_attentions:
+            sums = real_rows(w, b["labels"])
+            assert torch.isfinite(w).all() and (w >= 0).all()
+            torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=tol)
+            if preset == "gmm":  # a normalised Gaussian at integer positions with sigma >= 0.5 overshoots <~1.5%
+                assert sums.max() < 1.02
+
+
+def test_approximate_normalisation_keeps_the_mixture_mass_near_one():
+    """Eq. 12 keeps 3 sigma inside the sentence: with centres away from the edges beta sums to ~1 (Eq. 6)."""
+    module = cross(tiny_model("marian", "gmm"))
+    g = torch.Generator().manual_seed(0)
+    shape = (3, 4, 50, 1)
+    raw = {
+        "weight": torch.randn(*shape[:-1], 4, generator=g),
+        "mean": torch.empty(*shape[:-1], 4).uniform_(-1.1, 1.1, generator=g),  # mu in [0.25 J, 0.75 J]
+        "sigma": 3 * torch.randn(*shape[:-1], 4, generator=g),
+    }
+    real = torch.ones(1, 1, 1, 24, dtype=torch.bool)
+    beta, params = module.mixture_attention(raw, real, None)
+    sums = beta.sum(-1)
+    torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=0.03)
+    torch.testing.assert_close(params["weights"].sum(-1), torch.ones(shape[:-1]))  # Eq. 10
+    assert (params["sigma"] <= params["mu"] / 3 + 1e-5).logical_or(params["sigma"] == module.sigma_min).all()
+    assert (params["sigma"] <= 24 / 6 + 1e-5).all()
+
+
+# ---- numerics ----------------------------------------------------------------------------------------------------
+def check_finite(model, batch):
+    out = model(**batch, output_attentions=True)
+    assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
+    for w in out.cross_attentions:
+        assert torch.isfinite(w).all()
+    out.loss.backward()
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            assert torch.isfinite(p.grad).all(), f"{name} has a non-finite gradient"
+    model.zero_grad()
+
+
+def one_token_batch():
+    """Sources of a single token (EOS alone) and a single word + EOS; right padding."""
+    src = torch.tensor([[EOS, PAD, PAD], [7, EOS, PAD]])
+    return {"input_ids": src, "attention_mask": src.ne(PAD).long(), "labels": torch.tensor([[5, 6, EOS], [9, EOS, -100]])}
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_one_token_and_padded_sources_are_finite(normalization):
+    model = tiny_model("marian", "gmm", gmm_normalization=normalization).train()
+    check_finite(model, one_token_batch())
+    check_finite(model, tiny_batch())  # padded sources of length 9, 6 and 2
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("edge", (-1e4, 1e4))
+def test_centres_and_widths_at_the_edges_are_finite(normalization, edge):
+    """mu = 0 or J exactly (sigmoid saturated; synthesis: no step or the largest step), and extreme sigma_hat."""
+    model = tiny_model("marian", "gmm", gmm_normalization=normalization).train()
+    with torch.no_grad():
+        for m in gmm_analysis.gmm_modules(model).values():
+            m.gmm_mean.out.bias.fill_(edge)
+            m.gmm_sigma.out.bias.fill_(-edge)
+            m.gmm_weight.out.bias.fill_(edge)
+    for batch in (tiny_batch(), one_token_batch()):
+        check_finite(model, batch)
+    records = gmm_analysis.gmm_parameters(model, **tiny_batch())
+    for rec in records.values():
+        assert (rec["sigma"] >= model.config.gmm_sigma_min - 1e-6).all()
+        if normalization != "synthesis":
+            expected = 0.0 if edge < 0 else 1.0
+            torch.testing.assert_close(rec["mu"] / rec["source_length"][:, None, None, None], torch.full_like(rec["mu"], expected))
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+@pytest.mark.parametrize("preset", ("gmm", "gmm-strict", "gmm-synthesis", "gmm-only"))
+def test_autocast_is_finite_and_close_to_float32(preset, dtype):
+    model = tiny_model("marian", preset)
+    batch = tiny_batch()
+    with torch.no_grad():
+        ref = model(**batch, output_attentions=True)
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(**batch, output_attentions=True)
+        out.loss.backward()
+    assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            assert torch.isfinite(p.grad).all(), f"{name} has a non-finite gradient under {dtype}"
+    for w, w_ref in zip(out.cross_attentions, ref.cross_attentions):
+        assert torch.isfinite(w).all()
+        # the mixture itself runs in float32: only the projections' rounding differs
+        torch.testing.assert_close(w.float(), w_ref, rtol=0, atol=0.1)
+
+
+# ---- parameters ------------------------------------------------------------------------------------------------
+def ffn_params(dh, n_out):
+    return dh * dh + dh + dh * n_out + n_out  # W, b1, V, b2 (Eq. 7-9, 14)
+
+
+@pytest.mark.parametrize(
+    "preset,expected",
+    [
+        ("gmm", lambda dh, k: 3 * ffn_params(dh, k) + ffn_params(dh, 1)),
+        ("gmm-strict", lambda dh, k: 3 * ffn_params(dh, k) + ffn_params(dh, 1)),
+        ("gmm-average", lambda dh, k: 3 * ffn_params(dh, k)),
+        ("gmm-share-mean", lambda dh, k: 2 * ffn_params(dh, k) + 2 * ffn_params(dh, 1)),
+        ("gmm-share-weight", lambda dh, k: 2 * ffn_params(dh, k) + ffn_params(dh, 1)),  # weights are all 1/K: no FFN
+    ],
+)
+def test_parameter_overhead_per_layer(preset, expected):
+    """VARIANTS.md section 2: about +17.5k parameters per layer at dh = 64, K = 4 (paper: +0.1M for 6 layers)."""
+    size = dict(d_model=256, encoder_attention_heads=4, decoder_attention_heads=4, max_position_embeddings=16)
+    n = {p: sum(t.numel() for t in tiny_model("marian", p, **size).parameters()) for p in ("softmax", preset)}
+    per_layer = (n[preset] - n["softmax"]) / 2
+    assert per_layer == expected(64, 4)
+    if preset == "gmm":
+        assert per_layer == 17485  # 4 dh^2 + (3K + 5) dh + 3K + 1
+
+
+def test_layer_subsets_put_gmm_where_table_5_says():
+    def layers(preset, n):
+        return sorted(gmm_analysis.gmm_modules(tiny_model("marian", preset, decoder_layers=n)))
+
+    assert layers("gmm", 6) == [0, 1, 2, 3, 4, 5]
+    assert layers("gmm-bottom2", 6) == [0, 1] and layers("gmm-middle2", 6) == [2, 3] and layers("gmm-top2", 6) == [4, 5]
+    assert layers("gmm-middle2", 3) == [0, 1]
+    model = tiny_model("marian", "gmm", decoder_layers=3, cross_attention_layers=[1])
+    assert sorted(gmm_analysis.gmm_modules(model)) == [1]
+    with pytest.raises(hf_attn.HfAttnConfigError, match="gmm_layer_subset"):
+        tiny_config("marian", "gmm-top2", decoder_layers=1)
+    with pytest.raises(hf_attn.HfAttnConfigError, match="cross_attention_layers"):
+        tiny_config("marian", "gmm-top2", decoder_layers=4, cross_attention_layers=[0])
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("gmm_sigma_min", 0), ("gmm_sigma_min", float("nan")), ("gmm_num_components", 0), ("gmm_normalization", "exact"),
+     ("gmm_fusion", "sum"), ("gmm_share_mean", "yes")],
+)
+def test_bad_values_name_the_field(field, value):
+    with pytest.raises(hf_attn.HfAttnConfigError, match=field):
+        tiny_config("marian", "gmm", **{field: value})
+
+
+# ---- padding -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_positions_count_from_the_first_real_token(normalization):
+    """Right padding, left padding and no padding give the same attention over the real tokens."""
+    model = tiny_model("marian", "gmm", gmm_normalization=normalization)
+    module = cross(model)
+    hidden, memory = module_inputs(model.config.d_model, batch=1, src=5)
+    pad = torch.randn(1, 3, model.config.d_model)
+    alone_out, alone_w = run_module(module, hidden, memory, torch.ones(1, 5, dtype=torch.bool))
+    right = torch.tensor([[True] * 5 + [False] * 3])
+    right_out, right_w = run_module(module, hidden, torch.cat([memory, pad], 1), right)
+    left_out, left_w = run_module(module, hidden, torch.cat([pad, memory], 1), right.flip(-1))
+    for out, w, real in ((right_out, right_w, slice(0, 5)), (left_out, left_w, slice(3, 8))):
+        torch.testing.assert_close(out, alone_out, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(w[..., real], alone_w, rtol=1e-5, atol=1e-6)
+        pad_cols = torch.ones(w.shape[-1], dtype=torch.bool)
+        pad_cols[real] = False
+        assert (w[..., pad_cols] == 0).all()  # nothing on padding
+
+
+def test_left_padded_batch_matches_right_padded_batch_in_the_model():
+    """Through the whole model (encoder outputs handed over unchanged): only the source layout differs."""
+    model = tiny_model("marian", "gmm")
+    b = tiny_batch()
+    enc = model.get_encoder()(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+    ref = model(encoder_outputs=enc, attention_mask=b["attention_mask"], labels=b["labels"])
+    # move each sentence's padding to the front
+    lengths = b["attention_mask"].sum(-1)
+    S = b["attention_mask"].shape[1]
+    index = torch.stack([(torch.arange(S) - (S - n)) % S for n in lengths.tolist()])
+    hidden = torch.gather(enc.last_hidden_state, 1, index[..., None].expand_as(enc.last_hidden_state))
+    mask = torch.gather(b["attention_mask"], 1, index)
+    assert mask[:, 0].eq(0).any() and mask[:, -1].eq(1).all()
+    enc.last_hidden_state = hidden
+    left = model(encoder_outputs=enc, attention_mask=mask, labels=b["labels"])
+    torch.testing.assert_close(left.logits, ref.logits, rtol=1e-5, atol=1e-5)
+
+
+# ---- the synthesis network's state ------------------------------------------------------------------------------
+def sharp_synthesis_model(base):
+    """A tiny gmm-synthesis model whose output depends strongly on where its (recurrent) centres are: gate ~ 1,
+    sigma = sigma_min, token-dependent steps, a loud cross-attention. A random tiny model hardly reads the source,
+    so a wrong decoding state would go unnoticed there."""
+    model = tiny_model(base, "gmm-synthesis", seed=3)
+    with torch.no_grad():
+        for m in gmm_analysis.gmm_modules(model).values():
+            m.gmm_gate.out.bias.fill_(10.0)
+            m.gmm_sigma.out.bias.fill_(10.0)
+            m.gmm_mean.out.weight.mul_(3.0)
+            m.gmm_mean.out.bias.fill_(-1.0)
+            m.out_proj.weight.mul_(30.0)
+    return model
+
+
+BEAM_KW = dict(do_sample=False, max_new_tokens=7, min_new_tokens=7, output_scores=True, return_dict_in_generate=True)
+
+
+@pytest.mark.parametrize("base", ("marian", "bart"))
+def test_synthesis_state_follows_cache_and_beams(base):
+    model = sharp_synthesis_model(base)
+    b = tiny_batch()
+    src = dict(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+    for beams in (1, 4):
+        cached = model.generate(**src, num_beams=beams, use_cache=True, **BEAM_KW)
+        uncached = model.generate(**src, num_beams=beams, use_cache=False, **BEAM_KW)
+        assert torch.equal(cached.sequences, uncached.sequences), beams
+        for s_c, s_u in zip(cached.scores, uncached.scores):
+            torch.testing.assert_close(s_c, s_u, rtol=1e-4, atol=1e-4)
+        if beams > 1:
+            torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_synthesis_state_is_reordered_and_reset():
+    model = tiny_model("marian", "gmm-synthesis")
+    module = cross(model)
+    module._gmm_state = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 4, 1, 4).clone()
+    model._reorder_cache(None, torch.tensor([2, 2, 0, 3]))
+    assert module._gmm_state[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0, 3.0]
+    # a fresh generation resets it (an empty cache), also with another batch size
+    b = tiny_batch(batch=2)
+    model.generate(input_ids=b["input_ids"], attention_mask=b["attention_mask"], max_new_tokens=3, num_beams=1)
+    assert module._gmm_state.shape[0] == 2
+
+
+@pytest.mark.parametrize("base", ("marian", "bart"))
+def test_synthesis_without_reordering_would_differ(base, monkeypatch):
+    """Guards the test above: its beam search really depends on the reordered state (else it tests nothing)."""
+    model = sharp_synthesis_model(base)
+    b = tiny_batch()
+    src = dict(input_ids=b["input_ids"], attention_mask=b["attention_mask"], num_beams=4, use_cache=True)
+    good = model.generate(**src, **BEAM_KW)
+    for layer in gmm_analysis.gmm_modules(model).values():
+        monkeypatch.setattr(layer, "reorder_state", lambda beam_idx: None)
+    bad = model.generate(**src, **BEAM_KW)
+    same = torch.equal(good.sequences, bad.sequences)
+    assert not (same and torch.allclose(good.sequences_scores, bad.sequences_scores, rtol=1e-5, atol=1e-5))
+
+
+# ---- analysis: gates and mixture parameters, Figure 5 -------------------------------------------------------------
+def test_gate_values_and_mixture_parameters_per_layer(tmp_path):
+    model = tiny_model("bart", "gmm-top2", decoder_layers=4)
+    b = tiny_batch()
+    records = gmm_analysis.gmm_parameters(model, **b)
+    assert sorted(records) == [2, 3]  # only the GMM layers
+    B, T = b["labels"].shape
+    H, K, S = model.config.decoder_attention_heads, model.config.gmm_num_components, b["input_ids"].shape[1]
+    with torch.no_grad():
+        fused = model(**b, output_attentions=True).cross_attentions
+    for layer, rec in records.items():
+        assert rec["gate"].shape == (B, H, T) and ((rec["gate"] > 0) & (rec["gate"] < 1)).all()
+        for name in ("weights", "mu", "sigma"):
+            assert rec[name].shape == (B, H, T, K), name
+        for name in ("alpha", "beta", "gamma"):
+            assert rec[name].shape == (B, H, T, S), name
+        assert rec["source_length"].tolist() == b["attention_mask"].sum(-1).tolist()  # J
+        assert (rec["mu"] <= rec["source_length"][:, None, None, None]).all()
+        g = rec["gate"][..., None]
+        torch.testing.assert_close(rec["gamma"], (1 - g) * rec["alpha"] + g * rec["beta"])  # Eq. 13
+        torch.testing.assert_close(rec["gamma"], fused[layer].float())
+    assert all(not m.gmm_record for m in gmm_analysis.gmm_modules(model).values())  # recording switched off again
+
+    values = gmm_analysis.gate_values(model, [b, tiny_batch(seed=2)])
+    n_real = int(b["labels"].ne(-100).sum()) + int(tiny_batch(seed=2)["labels"].ne(-100).sum())
+    assert sorted(values) == [2, 3] and all(v.numel() == H * n_real for v in values.values())
+    means = gmm_analysis.mean_gate_per_layer(values)
+    assert all(0 < m < 1 for m in means.values())
+    for freq, edges in gmm_analysis.gate_histograms(values, bins=10).values():
+        assert freq.shape == (10,) and edges.shape == (11,) and math.isclose(freq.sum().item(), 1.0, rel_tol=1e-5)
+
+    pytest.importorskip("matplotlib")
+    path = gmm_analysis.plot_gate_distribution(values, tmp_path / "fig5.png")
+    assert path.exists() and path.stat().st_size > 1000
+
+
+def test_analysis_errors_are_clear():
+    with pytest.raises(ValueError, match="no Gaussian-mixture"):
+        gmm_analysis.gmm_parameters(tiny_model("marian", "softmax"), **tiny_batch())
+    with pytest.raises(ValueError, match="gmm_fusion='gate'"):
+        gmm_analysis.gate_values(tiny_model("marian", "gmm-average"), [tiny_batch()])
+    with pytest.raises(ValueError, match="labels or decoder_input_ids"):
+        gmm_analysis.gmm_parameters(tiny_model("marian", "gmm"), input_ids=tiny_batch()["input_ids"])
