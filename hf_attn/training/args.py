@@ -194,6 +194,13 @@ def parse_train_args(argv: list[str] | None = None):
         src, tgt = getattr(ns, "source", None) or "de", getattr(ns, "target", None) or "en"
         data = "bible" if not (getattr(ns, "train_file", None) or getattr(ns, "dataset", None)) else "data"
         argv += ["--output_dir", os.path.join("runs", f"{getattr(ns, 'preset', 'rela-g')}-{data}-{src}-{tgt}")]
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "use_cpu" not in given:
+        import torch
+
+        if not torch.cuda.is_available():
+            # `accelerate launch --multi_gpu --num_processes N` / torchrun on a machine without GPUs: without
+            # use_cpu, TrainingArguments sets up no process group and every process trains alone (HF_NOTES)
+            argv += ["--use_cpu", "true"]
     try:
         hargs, targs, cargs = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
     except ValueError as e:

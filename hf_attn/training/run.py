@@ -22,7 +22,9 @@ logger = logging.getLogger("hf_attn")
 
 
 def say(msg: str) -> None:
-    print(f"[hf-attn] {msg}", flush=True)
+    """A progress line, from the main process only when several are launched (accelerate/torchrun)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"[hf-attn] {msg}", flush=True)
 
 
 def ensure_writable_dir(path: str | os.PathLike, flag: str = "--output_dir") -> Path:

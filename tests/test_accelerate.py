@@ -1,0 +1,33 @@
+"""`hf-attn train` under `accelerate launch` with two CPU processes (DistributedDataParallel over gloo)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from training_helpers import TINY_ARGS, offline_env
+
+PRESETS = ["rela-g"]  # variants with auxiliary losses or step-driven state add themselves here
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_two_process_accelerate_launch(tmp_path, preset):
+    out = tmp_path / preset
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", "0", "-m", "hf_attn.cli", "train", "--preset", preset, *TINY_ARGS,
+           "--per_device_train_batch_size", "8", "--max_steps", "4", "--save_steps", "2",
+           "--output_dir", str(out), "--cache_dir", str(tmp_path / "tok")]
+    p = subprocess.run(cmd, env=offline_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-4000:]
+    r = json.loads((out / "results.json").read_text())
+    assert r["world_size"] == 2 and r["training"]["world_size"] == 2, r["world_size"]
+    assert r["train_steps"] == 4 and r["preset"] == preset
+    # the main process alone reports and writes: one summary line, one results file, every Hub file
+    assert p.stdout.count(f"[hf-attn] {preset}: BLEU") == 1, p.stdout[-3000:]
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and state["train_batch_size"] == 8
+    for name in ("config.json", "model.safetensors", "README.md", "tokenizer_config.json"):
+        assert (out / name).is_file(), name
