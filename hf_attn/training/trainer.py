@@ -50,7 +50,10 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
 
     # ------------------------------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        labels = inputs.pop("labels") if self.label_smoother is not None and "labels" in inputs else None
+        # With label smoothing, Trainer pops `labels` and smooths the logits itself (trap 8). We keep them in the
+        # inputs instead: variants whose auxiliary loss needs the targets (attention calibration's perturbed pass)
+        # see them whole; the model's unsmoothed loss is then ignored in favour of the smoothed one + aux_loss.
+        labels = inputs["labels"] if self.label_smoother is not None and "labels" in inputs else None
         if model.training and "labels" in inputs or labels is not None:
             lab = inputs["labels"] if labels is None else labels
             if model.training:
@@ -58,7 +61,7 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
         outputs = model(**inputs)
         aux = outputs.get("aux_loss") if hasattr(outputs, "get") else None
         if labels is not None:
-            # labels were popped: the model returned no loss; smooth here and add the auxiliary loss (trap 8)
+            # smooth here and add the auxiliary loss (trap 8)
             loss = self.label_smoother(outputs, labels)
             if aux is not None:
                 loss = loss + aux
