@@ -150,6 +150,39 @@ def timed(args, fn, *a):
     return time.perf_counter() - start
 
 
+def _proc_status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def cpu_peak_growth_mib(fn, *a) -> float:
+    """Peak RSS growth (MiB) while running ``fn(*a)``.
+
+    ``ru_maxrss`` alone is wrong in a subprocess: Linux carries the parent's RSS at fork into the child's maxrss
+    across exec, so a child of a big parent reports 0 growth. On Linux the peak (VmHWM) is reset first through
+    /proc/self/clear_refs; elsewhere ``ru_maxrss`` is the fallback.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+        before = _proc_status_kib("VmRSS")
+    except OSError:
+        before = None
+    if before is not None:
+        fn(*a)
+        peak = _proc_status_kib("VmHWM")
+        return max(0, peak - before) / 1024
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fn(*a)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+
+
 def peak_memory_mb(args) -> float:
     """One training step of `args.memory_of` in this (fresh) process: peak memory growth in MiB."""
     model, optimizer = build(args, args.memory_of)
@@ -159,9 +192,7 @@ def peak_memory_mb(args) -> float:
         before = torch.cuda.memory_allocated()
         train_step(model, optimizer, batch)
         return (torch.cuda.max_memory_allocated() - before) / 2**20
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    train_step(model, optimizer, batch)
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    return cpu_peak_growth_mib(train_step, model, optimizer, batch)
 
 
 def memory_in_subprocess(args, preset, argv) -> float:
@@ -272,9 +303,7 @@ def long_peak_memory_mb(args) -> float:
         before = torch.cuda.memory_allocated()
         forward_backward(model, batch)
         return (torch.cuda.max_memory_allocated() - before) / 2**20
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    forward_backward(model, batch)
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    return cpu_peak_growth_mib(forward_backward, model, batch)
 
 
 def long_memory_in_subprocess(preset, length, argv) -> float | None:
