@@ -166,6 +166,13 @@ def test_interrupted_run_resumes(tmp_path, cache):
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+    # resuming a run whose last checkpoint already holds --max_steps (stopped during test decoding) trains no more
+    assert main(["train", *common, "--output_dir", str(out), "--resume"]) == 0
+    assert not (out / "checkpoint-7").exists()
+    assert json.loads((out / "results.json").read_text())["train_steps"] == 6
+    c = load_file(out / "model.safetensors")
+    for k in a:
+        torch.testing.assert_close(a[k], c[k])
 
 
 def test_files_dashes_and_bart(tmp_path, cache):

@@ -15,6 +15,9 @@ from typing import Optional
 
 # hf-attn's defaults for the main job (DATA.md's reference setup: vanilla Marian d_model 256, 3+3 layers,
 # 4 heads, FFN 1024, lr 1e-3 inverse-sqrt, 300 warm-up steps, label smoothing 0.1, batch 64 verses).
+# scale_embedding=True (token embeddings x sqrt(d_model), as in Vaswani et al. 2017, fairseq and the opus-mt
+# configs): MarianConfig's default False leaves the 0.02-std token embeddings ~35x smaller than the sinusoidal
+# positions, and the model sits on a unigram plateau (loss ~6.3) through the whole 300-step main job.
 TRAINING_DEFAULTS = dict(
     learning_rate=1e-3, lr_scheduler_type="inverse_sqrt", warmup_steps=300, label_smoothing_factor=0.1,
     per_device_train_batch_size=64, per_device_eval_batch_size=32, adam_beta2=0.98, weight_decay=0.0,
@@ -25,7 +28,7 @@ TRAINING_DEFAULTS = dict(
 MODEL_DEFAULTS = dict(
     d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
     encoder_ffn_dim=1024, decoder_ffn_dim=1024, max_position_embeddings=512, dropout=0.1, attention_dropout=0.0,
-    activation_dropout=0.0, activation_function="swish",
+    activation_dropout=0.0, activation_function="swish", scale_embedding=True,
 )
 BART_MODEL_DEFAULTS = dict(MODEL_DEFAULTS, activation_function="gelu")
 # The main job's budget: a step count, not wall-clock time, so its BLEU is the same on any machine (DATA.md's

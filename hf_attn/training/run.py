@@ -222,8 +222,15 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
     say(f"training {hargs.preset} for {plan} (batch {targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps} "
         f"accumulation x {targs.world_size} process(es), lr {targs.learning_rate}, {targs.lr_scheduler_type})")
     t_train = time.time()
+    done = _finished_checkpoint(last, targs.max_steps) if hargs.resume else False
     try:
-        train_out = trainer.train(resume_from_checkpoint=last if hargs.resume else None)
+        if done:  # the run finished training and stopped later (test decoding): Trainer would take one more step
+            from transformers import TrainerState
+
+            trainer.state = TrainerState.load_from_json(str(Path(last) / "trainer_state.json"))
+            say(f"{Path(last).name} already reached --max_steps {targs.max_steps}: no more training")
+        else:
+            trainer.train(resume_from_checkpoint=last if hargs.resume else None)
     except KeyboardInterrupt:
         ck = _last_checkpoint(out_dir)
         raise HfAttnInputError(
@@ -231,7 +238,7 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
             + (f"resume from {Path(ck).name} with the same command plus --resume" if ck else
                "no checkpoint was saved yet (lower --save_steps)")
         ) from None
-    train_seconds = time.time() - t_train
+    train_seconds = 0.0 if done else time.time() - t_train
     tokens = trainer.train_target_tokens
     if targs.world_size > 1 and torch.distributed.is_initialized():
         t = torch.tensor([float(tokens)])
@@ -325,6 +332,14 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         info = push_model_dir(out_dir, repo, private=targs.hub_private_repo, token=targs.hub_token)
         say(f"pushed to {getattr(info, 'commit_url', repo)}")
     return run
+
+
+def _finished_checkpoint(ckpt, max_steps: int) -> bool:
+    """True when checkpoint ``ckpt`` already holds ``max_steps`` optimizer steps (so resuming it trains no more)."""
+    state = Path(ckpt) / "trainer_state.json"
+    if max_steps <= 0 or not state.is_file():
+        return False
+    return int(json.loads(state.read_text()).get("global_step", 0)) >= max_steps
 
 
 def summary_line(run: dict) -> str:
