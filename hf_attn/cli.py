@@ -1,10 +1,11 @@
-"""``hf-attn``: train, evaluate, translate, push, list presets and Bible translations.
+"""``hf-attn``: train, evaluate, translate, push, analyze attention, list presets and Bible translations.
 
     hf-attn train [--preset rela-g] [--base marian|bart] [--source de --target en | --train_file F ... |
                   --dataset ID] [every Seq2SeqTrainingArguments / model config field] [--max_steps 300 | --minutes M] --output_dir DIR
     hf-attn evaluate DIR [--split test | --test_file F]
     hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
     hf-attn push DIR REPO_ID [--private]
+    hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
     hf-attn presets
     hf-attn corpora
 
@@ -18,7 +19,7 @@ import json
 import os
 import sys
 
-COMMANDS = ("train", "evaluate", "translate", "push", "presets", "corpora")
+COMMANDS = ("train", "evaluate", "translate", "push", "analyze", "presets", "corpora")
 
 
 def _usage() -> str:
@@ -148,6 +149,13 @@ def cmd_push(argv) -> int:
     return 0
 
 
+def cmd_analyze(argv) -> int:
+    from .analysis.report import main as analyze_main
+
+    analyze_main(argv)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -162,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
               f"valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     handler = {"train": cmd_train, "evaluate": cmd_evaluate, "translate": cmd_translate, "push": cmd_push,
-               "presets": cmd_presets, "corpora": cmd_corpora}[cmd]
+               "analyze": cmd_analyze, "presets": cmd_presets, "corpora": cmd_corpora}[cmd]
     try:
         return handler(rest)
     except _errors() as e:

@@ -108,6 +108,24 @@ def _empty(tmp_path):
     return str(f)
 
 
+def test_analyze_reports_and_plots(trained, tmp_path, capsys):
+    out, plots = tmp_path / "attention.json", tmp_path / "plots"
+    assert main(["analyze", str(trained), "--sentences", "5", "--output", str(out), "--plot_dir", str(plots)]) == 0
+    printed = capsys.readouterr().out
+    rep = json.loads(out.read_text())[str(trained)]
+    assert rep["sentences"] == 5 and rep["preset"] == "rela-g" and "test split" in rep["data"]
+    for site in ("encoder", "decoder", "cross"):
+        f = rep["sites"][site]
+        assert 0 <= f["sparsity"] <= 1 and 0 <= f["null_rate"] <= f["sparsity"] + 1e-9 and f["entropy"] >= 0
+        assert 0 < f["top_p_mass"] <= 1 + 1e-6 and len(rep["layers"][site]) == 1
+        assert f"{trained.name:<28} {site:<8} {f['sparsity']:>8.3f}" in printed
+    assert (plots / f"{trained.name}_attention.png").stat().st_size > 1000
+    assert main(["analyze", str(trained), "--sentences", "0"]) == 2
+    assert "--sentences 0: need at least 1" in capsys.readouterr().err
+    assert main(["analyze", str(tmp_path / "none")]) == 2
+    assert "holds no config.json" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("make_args, message", [
     (lambda d: ["--train_file", str(d / "missing.jsonl")], r"--train_file '.*missing.jsonl': no such file"),
     (lambda d: ["--train_file", _bad_jsonl(d)], r"line 1 has no 'translation' object \(found: \['src', 'tgt'\]\)"),

@@ -5,15 +5,12 @@
   Figures 2 and 4; higher = more centralised);
 * sparsity and null rate (share of exact zeros / all-zero rows among visible entries), from `stats.layer_statistics`.
 
-    python -m hf_attn.analysis.reluformer runs/softmax-300 runs/reluformer-300 --sentences 200 --output runs/x.json
+    hf-attn analyze runs/softmax-300 runs/reluformer-300 --sentences 200 --output runs/x.json
 
-computes them on the first ``--sentences`` test verses of the Bible pair (teacher forcing with the references).
+computes them (and per-layer plots) on the first ``--sentences`` test pairs of each run (teacher forcing).
 """
 
 from __future__ import annotations
-
-import argparse
-import json
 
 import torch
 
@@ -63,35 +60,10 @@ def attention_summary(model, tokenizer, sources, references, batch_size: int = 1
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model_dirs", nargs="+", help="directories written by `hf-attn train`")
-    p.add_argument("--sentences", type=int, default=200, help="first N verses of the Bible test split")
-    p.add_argument("--source", default="e", help="Bible source translation code (default Elberfelder)")
-    p.add_argument("--target", default="4", help="Bible target translation code (default World English Bible)")
-    p.add_argument("--top-p", type=float, default=0.1)
-    p.add_argument("--output", default=None, help="write the summaries as JSON here")
-    args = p.parse_args(argv)
-    from ..data import read_bible_pair
-    from ..training.run import load_model_dir
+    """``python -m hf_attn.analysis.reluformer DIR ...`` = ``hf-attn analyze DIR ...`` (same flags)."""
+    from .report import main as report_main
 
-    from ..data.bible import pair_keys, resolve_translation
-
-    rows = read_bible_pair(args.source, args.target)["test"][: args.sentences]
-    keys = pair_keys(resolve_translation(args.source), resolve_translation(args.target))
-    sources = [r["translation"][keys[0]] for r in rows]
-    references = [r["translation"][keys[1]] for r in rows]
-    results = {}
-    for d in args.model_dirs:
-        model, tokenizer = load_model_dir(d)
-        results[d] = attention_summary(model.eval(), tokenizer, sources, references, top_p=args.top_p)
-        r = results[d]
-        sites = ", ".join(f"{s} {r[s]['entropy']:.3f}" for s in ("encoder", "decoder", "cross") if s in r)
-        print(f"{d}: mean entropy {r['mean_entropy']:.3f} nats ({sites}); top-{args.top_p:.0%} mass "
-              + ", ".join(f"{s} {r[s]['top_p_mass']:.3f}" for s in ("encoder", "decoder", "cross") if s in r))
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
+    return report_main(argv, prog="python -m hf_attn.analysis.reluformer")
 
 
 if __name__ == "__main__":  # pragma: no cover

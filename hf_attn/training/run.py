@@ -67,7 +67,7 @@ def configure_generation(model, tokenizer, base: str, num_beams: int, length_pen
     gc.num_beams = num_beams
     gc.length_penalty = length_penalty
     gc.max_length = max_length
-    gc.early_stopping = True if num_beams > 1 else False
+    gc.early_stopping = num_beams > 1
     gc.pad_token_id = tokenizer.pad_token_id
     gc.eos_token_id = tokenizer.eos_token_id
     if base == "marian":
@@ -371,18 +371,15 @@ def load_model_dir(model_dir: str):
     return model, tokenizer
 
 
-def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
-                 num_beams: int | None = None, length_penalty: float | None = None, batch_size: int = 32,
-                 max_samples: int | None = None, write: bool = True) -> dict:
-    """Re-score a saved model on its run's split (Bible/files/dataset from run_args.json) or on a file."""
+def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
+              max_samples: int | None = None):
+    """``(sources, references, description, run_args)``: the ``split`` of the data a run in ``model_dir`` was trained
+    on (from its run_args.json), or the pairs of ``test_file``."""
     from ..data import load_corpus, read_parallel_file
-    from .generate import translate_texts
-    from .metrics import score_translations
 
     if split not in ("test", "validation", "train"):
         raise HfAttnInputError(f"--split {split!r}: valid: test, validation, train")
     d = Path(model_dir)
-    model, tokenizer = load_model_dir(model_dir)
     prev = {}
     if (d / "run_args.json").is_file():
         prev = json.loads((d / "run_args.json").read_text())["hf_attn"]
@@ -397,15 +394,26 @@ def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = No
             raise HfAttnInputError(f"--test_file {test_file!r} has no sentence pairs; give a file with at least one")
         src = [r["translation"][s_key] for r in rows]
         ref = [r["translation"][t_key] for r in rows]
-        what = test_file
-    else:
-        if not prev:
-            raise HfAttnInputError(f"{model_dir!r} has no run_args.json to find its data; give --test_file FILE")
-        corpus = load_corpus(prev.get("corpus"), source, target, prev.get("train_file"), prev.get("validation_file"),
-                             prev.get("test_file"), prev.get("dataset"), prev.get("dataset_config_name"),
-                             {"train": prev.get("max_train_samples"), split: max_samples})
-        src, ref = corpus.pairs(split)
-        what = f"{split} split of {corpus.description}"
+        return src, ref, test_file, prev
+    if not prev:
+        raise HfAttnInputError(f"{model_dir!r} has no run_args.json to find its data; give --test_file FILE")
+    corpus = load_corpus(prev.get("corpus"), source, target, prev.get("train_file"), prev.get("validation_file"),
+                         prev.get("test_file"), prev.get("dataset"), prev.get("dataset_config_name"),
+                         {"train": prev.get("max_train_samples"), split: max_samples})
+    src, ref = corpus.pairs(split)
+    return src, ref, f"{split} split of {corpus.description}", prev
+
+
+def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
+                 num_beams: int | None = None, length_penalty: float | None = None, batch_size: int = 32,
+                 max_samples: int | None = None, write: bool = True) -> dict:
+    """Re-score a saved model on its run's split (Bible/files/dataset from run_args.json) or on a file."""
+    from .generate import translate_texts
+    from .metrics import score_translations
+
+    d = Path(model_dir)
+    model, tokenizer = load_model_dir(model_dir)
+    src, ref, what, prev = run_pairs(model_dir, split, test_file, source, target, max_samples)
     gc = model.generation_config
     beams = num_beams or gc.num_beams or 4
     lp = length_penalty if length_penalty is not None else (gc.length_penalty or 1.0)

@@ -1,0 +1,123 @@
+"""``hf-attn analyze``: what the attention of trained models learned, side by side.
+
+For each model directory, on the first ``--sentences`` pairs of its run's test split (teacher forcing with the
+references), per site (encoder self-, decoder self-, cross-attention) and layer:
+
+* sparsity and null rate: share of exact zeros / of all-zero rows among visible entries (ReLA paper, Section 5);
+* entropy of each row renormalised to sum 1 (null rows excluded), in nats;
+* head diversity: Jensen-Shannon divergence between the heads (ReLA paper, Section 5.2);
+* top-p% mass: the share of a row's weight held by its largest p% of entries (ReLUFormer paper, Section 3.4).
+
+Writes the figures as JSON (``--output``) and one plot per model (``--plot_dir``): the statistics per layer, one
+line per site.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from .stats import collect_attentions, layer_statistics, plot_layer_statistics
+
+SITES = ("encoder", "decoder", "cross")
+LAYER_KEYS = ("sparsity", "null_rate", "entropy", "head_diversity")
+
+
+@torch.no_grad()
+def attention_report(model, tokenizer, sources, references, batch_size: int = 16, max_length: int = 128,
+                     top_p: float = 0.1, progress: bool = False) -> dict:
+    """``{"layers": {site: [{"layer", "sparsity", "null_rate", "entropy", "head_diversity"}, ...]},
+    "sites": {site: {...same keys..., "top_p_mass"}}, "sentences": N, "top_p": p}``: means over sentences (each
+    batch weighted by its number of sentences); the site figures are the mean over its layers."""
+    from .reluformer import top_p_mass
+
+    if not sources:
+        raise ValueError("attention_report needs at least one sentence pair")
+    layer_sums: dict = {}
+    mass_sums: dict = {}
+    count = 0
+    starts = range(0, len(sources), batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc="attention statistics", unit="batch")
+    for start in starts:
+        enc = tokenizer(sources[start : start + batch_size], text_target=references[start : start + batch_size],
+                        padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
+        attn = collect_attentions(model, enc["input_ids"], enc["attention_mask"], labels=labels)
+        n = enc["input_ids"].shape[0]
+        count += n
+        for site, rows in layer_statistics(attn).items():
+            sums = layer_sums.setdefault(site, [dict.fromkeys(LAYER_KEYS, 0.0) for _ in rows])
+            for acc, row in zip(sums, rows):
+                for k in LAYER_KEYS:
+                    acc[k] += n * row[k]
+            masses = [top_p_mass(w, attn[site].keep, top_p) for w in attn[site].weights]
+            mass_sums[site] = mass_sums.get(site, 0.0) + n * sum(masses) / len(masses)
+    layers = {site: [{"layer": i, **{k: v / count for k, v in acc.items()}} for i, acc in enumerate(sums)]
+              for site, sums in layer_sums.items()}
+    sites = {site: {k: sum(r[k] for r in rows) / len(rows) for k in LAYER_KEYS} for site, rows in layers.items()}
+    for site, figures in sites.items():
+        figures["top_p_mass"] = mass_sums[site] / count
+    return {"layers": layers, "sites": sites, "sentences": count, "top_p": top_p}
+
+
+def format_report(name: str, report: dict) -> str:
+    """One line per site: ``name  site  sparsity  null rate  entropy  head diversity  top-p mass``."""
+    lines = []
+    for site in SITES:
+        if site in report["sites"]:
+            r = report["sites"][site]
+            lines.append(f"{name:<28} {site:<8} {r['sparsity']:>8.3f} {r['null_rate']:>9.3f} {r['entropy']:>8.3f} "
+                         f"{r['head_diversity']:>9.3f} {r['top_p_mass']:>9.3f}")
+    return "\n".join(lines)
+
+
+def main(argv=None, prog: str = "hf-attn analyze") -> dict:
+    from ..errors import HfAttnInputError
+    from ..training.run import load_model_dir, run_pairs
+
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dirs", nargs="+", help="directories written by `hf-attn train` (or save_pretrained + tokenizer)")
+    p.add_argument("--sentences", type=int, default=200, help="first N pairs of the split (default 200)")
+    p.add_argument("--split", default="test", choices=("test", "validation", "train"))
+    p.add_argument("--test_file", "--test-file", default=None, help="pairs from this file instead of the run's data")
+    p.add_argument("--top_p", "--top-p", type=float, default=0.1, help="fraction for the top-p%% mass (default 0.1)")
+    p.add_argument("--batch_size", "--batch-size", type=int, default=16)
+    p.add_argument("--output", default=None, help="write the figures as JSON here")
+    p.add_argument("--plot_dir", "--plot-dir", default=None, help="write <model>_attention.png here")
+    a = p.parse_args(argv)
+    if a.sentences < 1:
+        raise HfAttnInputError(f"--sentences {a.sentences}: need at least 1")
+    if not 0 < a.top_p <= 1:
+        raise HfAttnInputError(f"--top_p {a.top_p}: need a fraction in (0, 1], e.g. 0.1")
+    if a.batch_size < 1:
+        raise HfAttnInputError(f"--batch_size {a.batch_size}: need at least 1")
+    results = {}
+    print(f"{'model':<28} {'site':<8} {'sparsity':>8} {'null rate':>9} {'entropy':>8} {'head div.':>9} "
+          f"{'top-' + format(a.top_p, '.0%') + ' mass':>9}")
+    for d in a.model_dirs:
+        model, tokenizer = load_model_dir(d)
+        src, ref, what, _ = run_pairs(d, a.split, a.test_file, max_samples=a.sentences)
+        src, ref = src[: a.sentences], ref[: a.sentences]
+        if not src:
+            raise HfAttnInputError(f"{d!r}: the {what} has no sentence pairs")
+        rep = attention_report(model.eval(), tokenizer, src, ref, batch_size=a.batch_size, top_p=a.top_p,
+                               progress=len(src) > 4 * a.batch_size)
+        rep["data"] = what
+        rep["preset"] = getattr(model.config, "preset", None)
+        results[d] = rep
+        print(format_report(Path(d).name, rep), flush=True)
+        if a.plot_dir:
+            Path(a.plot_dir).mkdir(parents=True, exist_ok=True)
+            path = Path(a.plot_dir) / f"{Path(d).name}_attention.png"
+            plot_layer_statistics(rep["layers"], path, title=f"{Path(d).name} ({rep['preset']}): {len(src)} sentences")
+            print(f"wrote {path}")
+    if a.output:
+        Path(a.output).write_text(json.dumps(results, indent=2))
+        print(f"wrote {a.output}")
+    return results
