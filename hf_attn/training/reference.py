@@ -3,7 +3,8 @@ default model size and training setup, same number of steps (the main job's defa
 the figure holds on any machine).
 
 Key: (corpus, source translation code, target translation code, training steps). Value: the `softmax` preset's
-scores on the test split (John, 879 verses), beam 4, sacrebleu defaults.
+scores on the test split (John, 879 verses), beam 4, sacrebleu defaults, and the training setup they hold for
+(a run with another learning rate, batch, warm-up or embedding scale gets no reference).
 """
 
 REFERENCES: dict[tuple, dict] = {}
@@ -17,4 +18,8 @@ def reference_for(run: dict) -> dict | None:
     ref = REFERENCES.get(key)
     if ref is None or run.get("test_sentences") != ref.get("test_sentences"):
         return None
+    for group in ("training", "model_config"):
+        for k, v in ref.get(group, {}).items():
+            if (run.get(group) or {}).get(k) != v:
+                return None
     return ref

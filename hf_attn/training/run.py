@@ -301,7 +301,7 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         "device": _device_name(targs), "world_size": targs.world_size,
         "model_config": {k: getattr(model.config, k, None) for k in (
             "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim", "vocab_size",
-            "dropout")},
+            "dropout", "scale_embedding")},
         "attention_layout": model.config.attention_layout() if hasattr(model.config, "attention_layout") else None,
         "training": {k: getattr(targs, k) for k in (
             "learning_rate", "lr_scheduler_type", "warmup_steps", "per_device_train_batch_size",
