@@ -22,15 +22,12 @@ from contextlib import contextmanager
 
 import torch
 
+from .stats import cross_attention_modules, recording
+
 
 def calibration_modules(model) -> dict[int, torch.nn.Module]:
     """``{decoder layer: calibrated cross-attention module}`` (also for a model loaded with remote code)."""
-    out = {}
-    for i, layer in enumerate(model.model.decoder.layers):
-        module = layer.encoder_attn
-        if getattr(module, "variant", None) == "calibrated":
-            out[i] = module
-    return out
+    return cross_attention_modules(model, "calibrated")
 
 
 @contextmanager
@@ -45,14 +42,8 @@ def record_calibration(model):
             "this model has no calibrated cross-attention (cross_attention='calibrated', presets calibration-*); "
             f"its cross-attention layout is {model.config.attention_layout()['cross']}"
         )
-    before = {i: m.calibration_record for i, m in modules.items()}
-    for m in modules.values():
-        m.calibration_record, m.calibration_last = True, None
-    try:
+    with recording(modules, "calibration"):
         yield modules
-    finally:
-        for i, m in modules.items():
-            m.calibration_record = before[i]
 
 
 @torch.no_grad()

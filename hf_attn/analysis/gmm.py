@@ -19,15 +19,12 @@ from contextlib import contextmanager
 
 import torch
 
+from .stats import cross_attention_modules, recording
+
 
 def gmm_modules(model) -> dict[int, torch.nn.Module]:
     """``{decoder layer: GMM cross-attention module}`` of an hf-attn model (also one loaded with remote code)."""
-    out = {}
-    for i, layer in enumerate(model.model.decoder.layers):
-        module = layer.encoder_attn
-        if getattr(module, "variant", None) == "gmm":
-            out[i] = module
-    return out
+    return cross_attention_modules(model, "gmm")
 
 
 @contextmanager
@@ -41,14 +38,8 @@ def record_gmm(model):
             "this model has no Gaussian-mixture cross-attention (cross_attention='gmm'); "
             f"its cross-attention layout is {model.config.attention_layout()['cross']}"
         )
-    before = {i: m.gmm_record for i, m in modules.items()}
-    for m in modules.values():
-        m.gmm_record, m.gmm_last = True, None
-    try:
+    with recording(modules, "gmm"):
         yield modules
-    finally:
-        for i, m in modules.items():
-            m.gmm_record = before[i]
 
 
 def _target_mask(model, labels, decoder_input_ids):

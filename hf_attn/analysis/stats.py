@@ -13,6 +13,7 @@ Definitions follow the ReLA paper (Zhang, Titov & Sennrich 2021, Section 5):
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,32 @@ class SiteAttention:
 
 
 @torch.no_grad()
+
+def cross_attention_modules(model, variant: str) -> dict[int, torch.nn.Module]:
+    """``{decoder layer: cross-attention module}`` of the layers whose cross-attention is ``variant`` (also for a
+    model loaded with remote code)."""
+    out = {}
+    for i, layer in enumerate(model.model.decoder.layers):
+        module = layer.encoder_attn
+        if getattr(module, "variant", None) == variant:
+            out[i] = module
+    return out
+
+
+@contextmanager
+def recording(modules: dict, prefix: str):
+    """Within the block each module has ``<prefix>_record = True`` and keeps its last maps in ``<prefix>_last``
+    (reset to None on entry); the previous ``<prefix>_record`` values are restored on exit."""
+    before = {i: getattr(m, f"{prefix}_record") for i, m in modules.items()}
+    for m in modules.values():
+        setattr(m, f"{prefix}_record", True)
+        setattr(m, f"{prefix}_last", None)
+    try:
+        yield modules
+    finally:
+        for i, m in modules.items():
+            setattr(m, f"{prefix}_record", before[i])
+
 def collect_attentions(model, input_ids, attention_mask, labels=None, decoder_input_ids=None) -> dict:
     """Run one teacher-forced forward pass and return ``{site: SiteAttention}`` for encoder/decoder/cross."""
     model.eval()
