@@ -212,7 +212,7 @@ def plot_attention_heads(w: torch.Tensor, src_tokens, tgt_tokens, path, title: s
     heads = w.shape[0]
     fig, axes = plt.subplots(1, heads, figsize=(3.2 * heads, 0.25 * len(tgt_tokens) + 2), squeeze=False)
     for h, ax in enumerate(axes[0]):
-        ax.imshow(w[h, : len(tgt_tokens), : len(src_tokens)].float().cpu().numpy(), cmap="Blues", aspect="auto")
+        ax.imshow(w[h, : len(tgt_tokens), : len(src_tokens)].detach().float().cpu().numpy(), cmap="Blues", aspect="auto")
         ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=6)
         ax.set_yticks(range(len(tgt_tokens)), tgt_tokens if h == 0 else [""] * len(tgt_tokens), fontsize=6)
         ax.set_title(f"head {h}")
