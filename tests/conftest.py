@@ -71,3 +71,12 @@ def tiny_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, seed: int = 1
 @pytest.fixture
 def batch():
     return tiny_batch()
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (restored afterwards): training-sized tests are faster and steadier."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

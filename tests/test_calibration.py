@@ -26,12 +26,7 @@ from hf_attn.modeling.attention_base import HfAttnConfigError
 PRESETS = ("calibration-fixed", "calibration-anneal", "calibration-gate")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread
 
 
 def split_parameters(model):

@@ -14,12 +14,7 @@ from hf_attn.cli import main
 from training_helpers import TINY_ARGS, bible_pairs, run_cli, train_tiny, write_jsonl
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread
 
 
 @pytest.fixture(scope="module")
