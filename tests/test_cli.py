@@ -56,11 +56,17 @@ def test_train_writes_a_hub_ready_directory(trained):
     assert r["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
     assert r["sizes"]["train"] <= 200 and r["data"]["source_code"] == "e" and r["data"]["target_code"] == "4"
     assert r["attention_layout"] == {"encoder": ["rela"], "decoder": ["rela"], "cross": ["rela"]}
+    assert r["training"]["embedding_init_std"] == round(32 ** -0.5, 6)  # d_model**-0.5 by default
+    from safetensors.torch import load_file
+
+    emb = load_file(str(trained / "model.safetensors"))["model.shared.weight"]
+    assert abs(emb.std().item() - 32 ** -0.5) < 0.03, emb.std()  # 6 steps barely move it from N(0, d**-0.5)
     assert {"checkpoint-3", "checkpoint-6"} <= files
     card = (trained / "README.md").read_text()
     assert not re.search(r"\$[a-z_]+", card), re.findall(r"\$[a-z_]+", card)
     for text in ("rela-g", "Zhang, Titov & Sennrich 2021", str(r["bleu"]), r["bleu_signature"], "trust_remote_code=True",
-                 "Elberfelder 1932", "| label smoothing | 0.1 |", "## Limits"):
+                 "Elberfelder 1932", "| label smoothing | 0.1 |", "| init | N(0, 0.02), token embeddings N(0, 0.176777) x sqrt(d_model) |",
+                 "## Limits"):
         assert text in card, text
     assert card.startswith("---\nlanguage:\n- de\n- en\n")
     gen = json.loads((trained / "generation_config.json").read_text())
@@ -130,6 +136,7 @@ def test_analyze_reports_and_plots(trained, tmp_path, capsys):
     (lambda d: ["--preset", "rela-x"], r"--preset 'rela-x' is not a preset .*valid: softmax"),
     (lambda d: ["--resume"], r"--resume: .* holds no checkpoint"),
     (lambda d: ["--encoder_attention", "nope"], r"encoder_attention='nope' is not an attention variant"),
+    (lambda d: ["--embedding_init_std", "-1"], r"--embedding_init_std -1.0: need a std >= 0"),
 ])
 def test_broken_input_gives_one_error_line(tmp_path, capsys, make_args, message):
     (tmp_path / "file.txt").write_text("x")
@@ -197,12 +204,14 @@ def test_files_dashes_and_bart(tmp_path, cache):
     args = ["train", "--preset", "softmax", "--base", "bart", *[a.replace("_", "-") for a in TINY_ARGS],
             "--train-file", str(train_f), "--validation-file", str(valid_f), "--test-file", str(tmp_path / "test.tsv"),
             "--max-steps", "2", "--output-dir", str(out), "--cache-dir", str(cache),
-            "--max-source-length", "400", "--max-target-length", "400", "--max-length-ratio", "0"]  # keep all 70
+            "--max-source-length", "400", "--max-target-length", "400", "--max-length-ratio", "0",  # keep all 70
+            "--embedding-init-std", "0"]
     assert main(args) == 0
     r = json.loads((out / "results.json").read_text())
     assert r["base"] == "bart" and r["model_class"] == "HfAttnBartForConditionalGeneration"
     assert r["sizes"] == {"train": 70, "validation": 5, "test": 5, "train_before_filtering": 70}
     assert r["model_config"]["d_model"] == 32 and r["source_lang"] == "de"
+    assert r["training"]["embedding_init_std"] == 0.02  # 0: the model's own init_std (BART's 0.02)
     assert (out / "tokenizer.json").is_file()
     gen = json.loads((out / "generation_config.json").read_text())
     assert gen["decoder_start_token_id"] == 2 and gen["forced_bos_token_id"] == 0

@@ -203,18 +203,21 @@ def test_softmax_reference_only_for_the_same_setup(monkeypatch):
     from hf_attn.training.run import summary_line
 
     ref = {"bleu": 5.0, "chrf": 20.0, "steps": 300, "device": "2-core CPU", "test_sentences": 879,
-           "training": {"learning_rate": 1e-3, "warmup_steps": 300}, "model_config": {"scale_embedding": True}}
+           "training": {"learning_rate": 1e-3, "warmup_steps": 300, "embedding_init_std": 0.0625},
+           "model_config": {"scale_embedding": True}}
     monkeypatch.setitem(reference.REFERENCES, ("bible", "e", "4", 300), ref)
     run = {"preset": "rela-g", "bleu": 6.0, "chrf": 21.0, "test_sentences": 879, "source_lang": "de",
            "target_lang": "en", "num_beams": 4, "train_steps": 300, "train_minutes": 14.0, "tokens_per_second": 900,
            "bleu_signature": "sig", "minutes": None, "default_model_size": True, "init_from": None,
            "data": {"corpus": "bible", "source_code": "e", "target_code": "4"},
-           "training": {"learning_rate": 1e-3, "warmup_steps": 300}, "model_config": {"scale_embedding": True}}
+           "training": {"learning_rate": 1e-3, "warmup_steps": 300, "embedding_init_std": 0.0625},
+           "model_config": {"scale_embedding": True}}
     assert reference.reference_for(run) is ref
     run["reference"] = ref
     assert "| softmax reference: BLEU 5.0 / chrF 20.0 (300 steps on 2-core CPU) |" in summary_line(run)
     for change in ({"train_steps": 299}, {"minutes": 15.0}, {"default_model_size": False}, {"test_sentences": 100},
                    {"training": {"learning_rate": 5e-4, "warmup_steps": 300}},
                    {"model_config": {"scale_embedding": False}},
+                   {"training": {"learning_rate": 1e-3, "warmup_steps": 300, "embedding_init_std": 0.02}},
                    {"data": {"corpus": "bible", "source_code": "s", "target_code": "4"}}):
         assert reference.reference_for({**run, **change}) is None, change

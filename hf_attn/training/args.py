@@ -17,7 +17,9 @@ from typing import Optional
 # 4 heads, FFN 1024, lr 1e-3 inverse-sqrt, 300 warm-up steps, label smoothing 0.1, batch 64 verses).
 # scale_embedding=True (token embeddings x sqrt(d_model), as in Vaswani et al. 2017, fairseq and the opus-mt
 # configs): MarianConfig's default False leaves the 0.02-std token embeddings ~35x smaller than the sinusoidal
-# positions, and the model sits on a unigram plateau (loss ~6.3) for 300 steps (BLEU 0.0).
+# positions, and the model sits on a unigram plateau (loss ~6.3) for 300 steps (BLEU 0.0). The token embeddings
+# themselves are drawn from N(0, d_model**-0.5) (`--embedding_init_std`, `run.init_embeddings`), as in fairseq and the
+# ReLA authors' code, so that they enter at unit scale like the positions.
 TRAINING_DEFAULTS = dict(
     learning_rate=1e-3, lr_scheduler_type="inverse_sqrt", warmup_steps=300, label_smoothing_factor=0.1,
     per_device_train_batch_size=64, per_device_eval_batch_size=32, adam_beta2=0.98, weight_decay=0.0,
@@ -80,6 +82,10 @@ class HfAttnArguments:
     length_penalty: float = field(default=1.0, metadata={"help": "beam search length penalty"})
     generation_max_new_tokens: int = field(default=256, metadata={"help": "upper bound on generated tokens per sentence"})
     hub_repo_id: Optional[str] = field(default=None, metadata={"help": "with --push_to_hub: the repo (default --hub_model_id)"})
+    embedding_init_std: Optional[float] = field(default=None, metadata={
+        "help": "std of the token embeddings at init, for a model trained from scratch (default d_model**-0.5, as in "
+                "fairseq and the ReLA authors' code: unit scale after the sqrt(d_model) embedding scale; 0: the "
+                "model's init_std, Marian's 0.02)"})
 
 
 def _flag_type(tp) -> type | None:

@@ -45,6 +45,9 @@ def _hyperparameter_table(run: dict) -> str:
                   f"accumulation x {tr.get('world_size', 1)} process(es)"),
         ("label smoothing", tr.get("label_smoothing_factor")),
         ("dropout", cfg.get("dropout")),
+        ("init", f"N(0, {cfg.get('init_std')}), token embeddings N(0, {tr['embedding_init_std']})"
+                 f"{' x sqrt(d_model)' if cfg.get('scale_embedding') else ''}"
+         if tr.get("embedding_init_std") is not None else None),
         ("budget", run.get("budget")),
         ("trained", f"{run.get('train_steps')} steps, {run.get('epochs')} epochs, {run.get('train_minutes')} min, "
                     f"{run.get('tokens_per_second')} target tokens/s on {run.get('device')}"),
