@@ -34,7 +34,7 @@ MODEL_DEFAULTS = dict(
 )
 BART_MODEL_DEFAULTS = dict(MODEL_DEFAULTS, activation_function="gelu")
 # The main job's budget: a step count, not wall-clock time, so its BLEU is the same on any machine. 600 steps
-# (about 28 minutes on 2 CPU cores): after 300 the 3+3 model still emits short or looping verses (softmax: BLEU
+# (about 25 minutes on 2 CPU cores): after 300 the 3+3 model still emits short or looping verses (softmax: BLEU
 # 0.3 / chrF 6.9). `--minutes N` trains for a wall-clock budget instead.
 DEFAULT_MAX_STEPS = 600
 
@@ -174,7 +174,7 @@ def build_train_parser(argv: list[str] | None = None):
         raise HfAttnInputError(f"--base {base!r} is not valid; valid: marian, bart")
     parser = HfArgumentParser((HfAttnArguments, Seq2SeqTrainingArguments, model_config_arguments(base)),
                               prog="hf-attn train",
-                              description="Train an hf-attn model (default: rela-g, Bible German->English, 600 steps: about 28 minutes on 2 CPU cores), "
+                              description="Train an hf-attn model (default: rela-g, Bible German->English, 600 steps: about 25 minutes on 2 CPU cores), "
                               "score it on the test split with beam search and save a Hub-ready model directory.")
     parser.set_defaults(**TRAINING_DEFAULTS)
     return parser
