@@ -45,6 +45,8 @@ def test_layer_statistics_on_a_rela_model(tmp_path):
     model = tiny_model("marian", "rela-g")
     b = tiny_batch()
     attn = stats.collect_attentions(model, b["input_ids"], b["attention_mask"], labels=b["labels"])
+    # one analysis pass builds no autograd graph (collect_attentions runs under torch.no_grad)
+    assert not any(w.requires_grad for site in attn.values() for w in site.weights)
     table = stats.layer_statistics(attn)
     assert set(table) == {"encoder", "decoder", "cross"}
     for rows in table.values():

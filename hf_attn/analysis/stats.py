@@ -29,8 +29,6 @@ class SiteAttention:
     keep: torch.Tensor  # [B, 1, T, S] bool: the (query, key) pairs a query may see
 
 
-@torch.no_grad()
-
 def cross_attention_modules(model, variant: str) -> dict[int, torch.nn.Module]:
     """``{decoder layer: cross-attention module}`` of the layers whose cross-attention is ``variant`` (also for a
     model loaded with remote code)."""
@@ -56,6 +54,8 @@ def recording(modules: dict, prefix: str):
         for i, m in modules.items():
             setattr(m, f"{prefix}_record", before[i])
 
+
+@torch.no_grad()
 def collect_attentions(model, input_ids, attention_mask, labels=None, decoder_input_ids=None) -> dict:
     """Run one teacher-forced forward pass and return ``{site: SiteAttention}`` for encoder/decoder/cross."""
     model.eval()
