@@ -189,7 +189,9 @@ def test_interrupted_run_resumes(tmp_path, cache):
     # resuming a run whose last checkpoint already holds --max_steps (stopped during test decoding) trains no more
     assert main(["train", *common, "--output_dir", str(out), "--resume"]) == 0
     assert not (out / "checkpoint-7").exists()
-    assert json.loads((out / "results.json").read_text())["train_steps"] == 6
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["train_steps"] == 6
+    assert resumed["training"]["embedding_init_std"] == round(32 ** -0.5, 6)  # reported like the original run
     c = load_file(out / "model.safetensors")
     for k in a:
         torch.testing.assert_close(a[k], c[k])
