@@ -28,7 +28,7 @@ LAYER_KEYS = ("sparsity", "null_rate", "entropy", "head_diversity")
 
 @torch.no_grad()
 def attention_report(model, tokenizer, sources, references, batch_size: int = 16, max_length: int = 128,
-                     top_p: float = 0.1, progress: bool = False) -> dict:
+                     top_p: float = 0.1, progress: bool = False, tau: float = 1.0) -> dict:
     """``{"layers": {site: [{"layer", "sparsity", "null_rate", "entropy", "head_diversity"}, ...]},
     "sites": {site: {...same keys..., "top_p_mass"}}, "sentences": N, "top_p": p}``: means over sentences (each
     batch weighted by its number of sentences); the site figures are the mean over its layers."""
@@ -36,6 +36,7 @@ def attention_report(model, tokenizer, sources, references, batch_size: int = 16
 
     if not sources:
         raise ValueError("attention_report needs at least one sentence pair")
+    layout = model.config.attention_layout() if hasattr(model.config, "attention_layout") else None
     layer_sums: dict = {}
     mass_sums: dict = {}
     count = 0
@@ -51,7 +52,7 @@ def attention_report(model, tokenizer, sources, references, batch_size: int = 16
         attn = collect_attentions(model, enc["input_ids"], enc["attention_mask"], labels=labels)
         n = enc["input_ids"].shape[0]
         count += n
-        for site, rows in layer_statistics(attn).items():
+        for site, rows in layer_statistics(attn, tau, layout).items():
             sums = layer_sums.setdefault(site, [dict.fromkeys(LAYER_KEYS, 0.0) for _ in rows])
             for acc, row in zip(sums, rows):
                 for k in LAYER_KEYS:
@@ -63,7 +64,7 @@ def attention_report(model, tokenizer, sources, references, batch_size: int = 16
     sites = {site: {k: sum(r[k] for r in rows) / len(rows) for k in LAYER_KEYS} for site, rows in layers.items()}
     for site, figures in sites.items():
         figures["top_p_mass"] = mass_sums[site] / count
-    return {"layers": layers, "sites": sites, "sentences": count, "top_p": top_p}
+    return {"layers": layers, "sites": sites, "sentences": count, "top_p": top_p, "tau": tau}
 
 
 def format_report(name: str, report: dict) -> str:
@@ -87,6 +88,8 @@ def main(argv=None, prog: str = "hf-attn analyze") -> dict:
     p.add_argument("--split", default="test", choices=("test", "validation", "train"))
     p.add_argument("--test_file", "--test-file", default=None, help="pairs from this file instead of the run's data")
     p.add_argument("--top_p", "--top-p", type=float, default=0.1, help="fraction for the top-p%% mass (default 0.1)")
+    p.add_argument("--tau", type=float, default=1.0, help="head-diversity temperature for ReLA's ReLU weights: "
+                   "softmax(w ** tau) (ReLA paper Table 6: smaller tau, smoother distributions; default 1)")
     p.add_argument("--batch_size", "--batch-size", type=int, default=16)
     p.add_argument("--output", default=None, help="write the figures as JSON here")
     p.add_argument("--plot_dir", "--plot-dir", default=None, help="write <model>_attention.png here")
@@ -95,6 +98,8 @@ def main(argv=None, prog: str = "hf-attn analyze") -> dict:
         raise HfAttnInputError(f"--sentences {a.sentences}: need at least 1")
     if not 0 < a.top_p <= 1:
         raise HfAttnInputError(f"--top_p {a.top_p}: need a fraction in (0, 1], e.g. 0.1")
+    if not (a.tau > 0 and a.tau < float("inf")):
+        raise HfAttnInputError(f"--tau {a.tau}: need a temperature > 0, e.g. 0.5")
     if a.batch_size < 1:
         raise HfAttnInputError(f"--batch_size {a.batch_size}: need at least 1")
     results = {}
@@ -107,7 +112,7 @@ def main(argv=None, prog: str = "hf-attn analyze") -> dict:
         if not src:
             raise HfAttnInputError(f"{d!r}: the {what} has no sentence pairs")
         rep = attention_report(model.eval(), tokenizer, src, ref, batch_size=a.batch_size, top_p=a.top_p,
-                               progress=len(src) > 4 * a.batch_size)
+                               progress=len(src) > 4 * a.batch_size, tau=a.tau)
         rep["data"] = what
         rep["preset"] = getattr(model.config, "preset", None)
         results[d] = rep

@@ -5,8 +5,9 @@ Definitions follow the ReLA paper (Zhang, Titov & Sennrich 2021, Section 5):
   * null rate: share of visible queries whose weights are all 0 (a head switched off for that query);
   * entropy: of each row renormalised to sum 1 (null rows excluded), in nats;
   * head diversity: generalised Jensen-Shannon divergence between the heads of a layer (Correia et al. 2019),
-    JS = H(mean_h p_h) - mean_h H(p_h), after re-softmax with temperature tau; a null row is a one-hot
-    distribution on a dummy slot (entropy 0);
+    JS = H(mean_h p_h) - mean_h H(p_h); ReLA's ReLU weights become distributions by softmax(w ** tau) (Section 5.2,
+    Table 6), every other variant's rows are rescaled to sum 1; a null row is a one-hot distribution on a dummy
+    slot (entropy 0);
   * AER (Och & Ney 2003): 1 - (|A & S| + |A & P|) / (|A| + |S|), with A the argmax alignment of the
     head-averaged attention of one layer.
 """
@@ -116,19 +117,28 @@ def entropy(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return (h * live).sum((0, 2)) / live.sum((0, 2)).clamp(min=1)
 
 
-def head_diversity(w: torch.Tensor, keep: torch.Tensor, tau: float = 1.0, renormalise: bool = True) -> torch.Tensor:
-    """Scalar: generalised JSD between the heads of one layer, averaged over visible queries.
+def head_distributions(w: torch.Tensor, keep: torch.Tensor, tau: float = 1.0, relu_weights: bool = False) -> torch.Tensor:
+    """Each visible row as a distribution over ``S + 1`` slots (the last one a dummy slot), for head diversity.
 
-    ``renormalise``: re-softmax the weights with temperature ``tau`` (for ReLA, whose rows are not distributions);
-    rows that are all zero become one-hot on a dummy slot. Use ``renormalise=False`` for softmax-family weights.
-    """
-    w, keep, valid = _rows(w, keep)
+    ``relu_weights`` (ReLA, whose ReLU weights are not distributions): ``softmax(w ** tau)`` over the visible keys,
+    as in the ReLA paper (Section 5.2 and Table 6: the weights raised to the temperature tau before the softmax, so
+    a smaller tau gives a smoother distribution). Every other variant: each row rescaled to sum 1 (``tau`` does not
+    apply). A row that is entirely zero (null attention) is one-hot on the dummy slot in both cases."""
+    w, keep, _ = _rows(w.clamp(min=0), keep)
     null = (w == 0).all(-1, keepdim=True)  # [B, H, T, 1]
-    if renormalise:
-        p = torch.softmax((w / tau).masked_fill(~keep, float("-inf")), dim=-1).nan_to_num(0.0)
+    if relu_weights:
+        p = torch.softmax(w.pow(tau).masked_fill(~keep, float("-inf")), dim=-1).nan_to_num(0.0)
     else:
-        p = w
-    p = torch.cat([p * ~null, null.float()], dim=-1)  # dummy slot
+        p = w / w.sum(-1, keepdim=True).clamp(min=1e-12)
+    return torch.cat([p * ~null, null.float()], dim=-1)
+
+
+def head_diversity(w: torch.Tensor, keep: torch.Tensor, tau: float = 1.0, relu_weights: bool = False) -> torch.Tensor:
+    """Scalar: generalised Jensen-Shannon divergence between the heads of one layer (ReLA paper Section 5.2, after
+    Correia et al. 2019), ``JS = H(mean_h p_h) - mean_h H(p_h)``, averaged over the visible queries; ``p_h`` from
+    `head_distributions`."""
+    _, keep_x, valid = _rows(w, keep)
+    p = head_distributions(w, keep, tau, relu_weights)
 
     def ent(x):
         return -(x * x.clamp(min=1e-12).log()).sum(-1)
@@ -138,23 +148,29 @@ def head_diversity(w: torch.Tensor, keep: torch.Tensor, tau: float = 1.0, renorm
     return (js * rows).sum() / rows.sum().clamp(min=1)
 
 
-def layer_statistics(attn: dict, tau: float = 1.0) -> dict:
-    """``{site: [{"layer", "sparsity", "null_rate", "entropy", "head_diversity", per-head lists}, ...]}``."""
+# variants whose weights are ReLU outputs that the ReLA paper turns into distributions with a softmax (Table 6)
+RELU_WEIGHT_VARIANTS = ("rela",)
+
+
+def layer_statistics(attn: dict, tau: float = 1.0, variants: dict | None = None) -> dict:
+    """``{site: [{"layer", "sparsity", "null_rate", "entropy", "head_diversity", per-head lists}, ...]}``.
+
+    ``variants``: ``{site: [variant name per layer]}`` (``config.attention_layout()``); it picks the head-diversity
+    treatment of each layer (see `head_distributions`). Without it every layer is rescaled to sum 1."""
     out = {}
     for site, sa in attn.items():
         rows = []
+        names = (variants or {}).get(site) or [None] * len(sa.weights)
         for i, w in enumerate(sa.weights):
-            is_dist = torch.allclose(
-                (w * sa.keep).sum(-1)[sa.keep.expand_as(w).any(-1)], torch.tensor(1.0), atol=1e-3
-            )
             sp, nr, en = sparsity_rate(w, sa.keep), null_rate(w, sa.keep), entropy(w, sa.keep)
+            relu_weights = names[i] in RELU_WEIGHT_VARIANTS
             rows.append(
                 {
                     "layer": i,
                     "sparsity": sp.mean().item(),
                     "null_rate": nr.mean().item(),
                     "entropy": en.mean().item(),
-                    "head_diversity": head_diversity(w, sa.keep, tau, renormalise=not is_dist).item(),
+                    "head_diversity": head_diversity(w, sa.keep, tau, relu_weights=relu_weights).item(),
                     "sparsity_per_head": sp.tolist(),
                     "null_rate_per_head": nr.tolist(),
                 }

@@ -44,7 +44,10 @@ def _hyperparameter_table(run: dict) -> str:
         ("batch", f"{tr.get('per_device_train_batch_size')} sentence pairs x {tr.get('gradient_accumulation_steps')} "
                   f"accumulation x {tr.get('world_size', 1)} process(es)"),
         ("label smoothing", tr.get("label_smoothing_factor")),
-        ("dropout", cfg.get("dropout")),
+        ("feed-forward", cfg.get("activation_function")),
+        ("dropout", f"{cfg.get('dropout')} residual, {cfg.get('attention_dropout')} attention weights, "
+                    f"{cfg.get('activation_dropout')} feed-forward" if "attention_dropout" in cfg else cfg.get("dropout")),
+        ("recipe", run.get("recipe")),
         ("init", f"N(0, {cfg.get('init_std')}), token embeddings N(0, {tr['embedding_init_std']})"
                  f"{' x sqrt(d_model)' if cfg.get('scale_embedding') else ''}"
          if tr.get("embedding_init_std") is not None else None),

@@ -107,6 +107,19 @@ def init_embeddings(model, std: float | None) -> float:
     return std
 
 
+def scaled_anneal(preset: str, max_steps: int, overrides: dict) -> dict:
+    """Attention calibration's annealing ratio r = exp(-step / T) (Lu et al. 2021, Eq. 9) uses T = 1e5 for runs of
+    150k steps, so r ends at exp(-1.5) = 0.22. Under a shorter step budget the same T leaves r >= 0.99: the run would
+    be the baseline. A from-scratch run with an annealing preset therefore gets T = max_steps / 1.5 (the paper's end
+    ratio), unless --calibration_anneal_steps is given or the budget is wall-clock time."""
+    from .. import PRESETS
+
+    fusion = overrides.get("calibration_fusion", PRESETS[preset].overrides.get("calibration_fusion"))
+    if fusion != "anneal" or "calibration_anneal_steps" in overrides or max_steps <= 0:
+        return {}
+    return {"calibration_anneal_steps": round(max_steps / 1.5, 1)}
+
+
 def _last_checkpoint(output_dir: Path) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -130,7 +143,7 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
     from transformers import set_seed
 
     from ..data import get_tokenizer, load_corpus, load_tokenizer, make_collator, special_token_config, tokenize_split
-    from .args import BART_MODEL_DEFAULTS, MODEL_DEFAULTS
+    from .args import MODEL_DEFAULTS, PAPER_RECIPE, PAPER_RECIPE_CITATION
     from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback
 
     overrides = dict(overrides or {})
@@ -193,7 +206,7 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
     tokenizer_info = f"{hargs.spm_model_type} {len(tokenizer):,} tokens" if not hargs.init_from else f"from {tok_source}"
 
     # ---------------------------------------------------------------------------------------------- model
-    defaults = BART_MODEL_DEFAULTS if base == "bart" else MODEL_DEFAULTS
+    defaults = MODEL_DEFAULTS
     embedding_init_std = None  # a warm-started run keeps its embeddings
     if hargs.resume:
         model = model_cls.from_pretrained(last)
@@ -212,7 +225,8 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
                                    f"its tokenizer {len(tokenizer)} tokens; give a directory whose tokenizer matches")
         base = "bart" if "bart" in model.config.model_type else "marian"
     else:
-        kw = {**defaults, **special_token_config(tokenizer, base), **overrides}
+        kw = {**defaults, **special_token_config(tokenizer, base), **scaled_anneal(hargs.preset, targs.max_steps, overrides),
+              **overrides}
         config = cfg_cls.from_preset(hargs.preset, **kw)
         model = model_cls(config)
         embedding_init_std = init_embeddings(model, hargs.embedding_init_std)
@@ -324,6 +338,7 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         "test_sentences": len(src_test), "num_beams": hargs.num_beams, "length_penalty": hargs.length_penalty,
         "validation_loss": round(val.get("validation_loss", float("nan")), 4),
         "train_loss": last_train_loss, "aux_logs": last_aux,
+        "curves": loss_curves(trainer.state.log_history, trainer.state.global_step, val.get("validation_loss")),
         "params": n_params, "train_steps": trainer.state.global_step,
         "epochs": round(float(trainer.state.epoch or 0), 3),
         "minutes": hargs.minutes, "budget": plan,
@@ -331,11 +346,15 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         "train_seconds_this_run": round(train_seconds, 1),
         "tokens_per_second": round(tokens / train_seconds, 1) if train_seconds > 0 else None,
         "decode_seconds": round(dec_seconds, 1),
+        "decode_sentences_per_second": round(len(src_test) / dec_seconds, 2) if dec_seconds > 0 else None,
         "total_seconds": round(time.time() - t_start, 1),
         "device": _device_name(targs), "world_size": targs.world_size,
         "model_config": {k: getattr(model.config, k, None) for k in (
             "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim", "vocab_size",
-            "dropout", "scale_embedding", "init_std")},
+            "activation_function", "dropout", "attention_dropout", "activation_dropout", "scale_embedding",
+            "init_std")},
+        "recipe": PAPER_RECIPE_CITATION if not hargs.init_from and all(
+            getattr(model.config, k, None) == v for k, v in PAPER_RECIPE.items()) else None,
         "attention_layout": model.config.attention_layout() if hasattr(model.config, "attention_layout") else None,
         "training": {k: getattr(targs, k) for k in (
             "learning_rate", "lr_scheduler_type", "warmup_steps", "per_device_train_batch_size",
@@ -367,6 +386,15 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         info = push_model_dir(out_dir, repo, private=targs.hub_private_repo, token=targs.hub_token)
         say(f"pushed to {getattr(info, 'commit_url', repo)}")
     return run
+
+
+def loss_curves(log_history: list[dict], final_step: int, final_validation_loss) -> dict:
+    """``{"train_loss": [[step, loss], ...], "validation_loss": [[step, loss], ...]}`` from Trainer's log history
+    (the validation loss every ``eval_steps`` and after training)."""
+    val = [[h["step"], h["eval_loss"]] for h in log_history if "eval_loss" in h]
+    if final_validation_loss is not None and (not val or val[-1][0] != final_step):
+        val.append([final_step, final_validation_loss])
+    return {"train_loss": [[h["step"], h["loss"]] for h in log_history if "loss" in h], "validation_loss": val}
 
 
 def _finished_checkpoint(ckpt, max_steps: int) -> bool:

@@ -1,0 +1,316 @@
+"""``hf-attn reproduce``: train a matrix of (preset, language pair, seed) runs with one recipe and budget, then write
+a report (`report.py`) from their records.
+
+    hf-attn reproduce --presets softmax,rela-g --pairs de-en --steps 600 --seeds 42 --output_dir results \\
+        [--runs_dir runs/reproduce] [--jobs 2 --threads 1] [--report_only] [-- any `hf-attn train` flag]
+
+Each run trains with `hf-attn train` in a child process (``--threads`` torch threads) into ``runs_dir/<name>``
+(checkpoints every 100 steps), then is analysed: the "uses the source?" probe on the validation split, attention
+statistics per site on the test split, and the variant's own figures (GMM gate per layer, calibration masks). The
+record ``output_dir/runs/<name>.json`` (with the test translations beside it) is what the report reads, so the
+report can be rebuilt without the model directories, and a matrix can span many sittings: a run with a record is
+skipped, a run with a checkpoint is resumed, anything else starts. A run that diverges is recorded as failed (the
+papers' "does not converge" rows) and not tried again; delete its record to retry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import HfAttnInputError
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the matrix; ``name`` identifies it in ``runs_dir`` and in the report's records."""
+
+    preset: str
+    source: str
+    target: str
+    steps: int
+    seed: int
+    base: str = "marian"
+    train_args: tuple = field(default_factory=tuple)
+
+    @property
+    def pair(self) -> str:
+        return f"{self.source}-{self.target}"
+
+    @property
+    def setup(self) -> str:
+        """Everything but the preset: runs with the same setup are compared with each other (and with softmax)."""
+        extra = f"_x{hashlib.sha1(' '.join(self.train_args).encode()).hexdigest()[:6]}" if self.train_args else ""
+        return f"{'' if self.base == 'marian' else self.base + '_'}{self.pair}_{self.steps}steps_seed{self.seed}{extra}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.setup}_{self.preset}"
+
+    def train_argv(self, output_dir: Path, resume: bool) -> list[str]:
+        argv = ["--preset", self.preset, "--base", self.base, "--source", self.source, "--target", self.target,
+                "--max_steps", str(self.steps), "--seed", str(self.seed), "--output_dir", str(output_dir),
+                *self.train_args]
+        return argv + (["--resume"] if resume else [])
+
+
+def _csv(text: str, flag: str, kind=str) -> list:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        items = [kind(x) for x in items]
+    except ValueError:
+        raise HfAttnInputError(f"{flag} {text!r}: give comma-separated {kind.__name__} values") from None
+    if not items:
+        raise HfAttnInputError(f"{flag} {text!r}: give at least one value")
+    return items
+
+
+def matrix(presets, pairs, steps, seeds, base="marian", train_args=()) -> list[RunSpec]:
+    """Every (pair, steps, seed, preset) combination, softmax first within a setup (it is every run's baseline)."""
+    from .. import PRESETS
+
+    for p in presets:
+        if p not in PRESETS:
+            import difflib
+
+            close = difflib.get_close_matches(p, list(PRESETS), n=1)
+            raise HfAttnInputError(f"--presets: {p!r} is not a preset{f' (did you mean {close[0]!r}?)' if close else ''}"
+                                   "; `hf-attn presets` lists them")
+    for pair in pairs:
+        if pair.count("-") != 1 or not all(pair.split("-")):
+            raise HfAttnInputError(f"--pairs: {pair!r} is not SOURCE-TARGET, e.g. de-en or ru-en (`hf-attn corpora`)")
+    for n in steps:
+        if n < 1:
+            raise HfAttnInputError(f"--steps {n}: need at least 1 training step")
+    ordered = sorted(presets, key=lambda p: p != "softmax")
+    return [RunSpec(p, *pair.split("-"), n, s, base, tuple(train_args))
+            for pair in pairs for n in steps for s in seeds for p in ordered]
+
+
+# -------------------------------------------------------------------------------------------------- one run
+def record_path(output_dir: Path, spec: RunSpec) -> Path:
+    return Path(output_dir) / "runs" / f"{spec.name}.json"
+
+
+def _complete_checkpoint(run_dir: Path) -> bool:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return run_dir.is_dir() and get_last_checkpoint(str(run_dir)) is not None
+
+
+def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 200) -> dict:
+    """Train (or resume, or reuse) one run and write its record; returns the record."""
+    from ..training.args import parse_train_args
+    from ..training.run import train
+
+    run_dir = Path(runs_dir) / spec.name
+    results = run_dir / "results.json"
+    record = {"version": RECORD_VERSION, "name": spec.name, "setup": spec.setup, "spec": asdict(spec),
+              "command": "hf-attn train " + " ".join(spec.train_argv(run_dir, False))}
+    if not results.is_file():
+        hargs, targs, overrides, given = parse_train_args(spec.train_argv(run_dir, _complete_checkpoint(run_dir)))
+        try:
+            train(hargs, targs, overrides, given)
+        except HfAttnInputError as e:
+            if "diverged" not in str(e):
+                raise
+            record.update(status="failed", error=" ".join(str(e).split()))
+            return _write_record(output_dir, spec, record, None)
+    run = json.loads(results.read_text(encoding="utf-8"))
+    record.update(status="complete", results=run, analysis=analyse_run(run_dir, sentences))
+    hyps = (run_dir / "test_translations.txt").read_text(encoding="utf-8").splitlines()
+    return _write_record(output_dir, spec, record, hyps)
+
+
+def _write_record(output_dir: Path, spec: RunSpec, record: dict, hyps: list[str] | None) -> dict:
+    path = record_path(output_dir, spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if hyps is not None:
+        path.with_suffix(".hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1, allow_nan=False, default=str), encoding="utf-8")
+    tmp.replace(path)  # a record is all there or not there
+    return record
+
+
+def analyse_run(run_dir: Path, sentences: int = 200) -> dict:
+    """Probe, attention statistics and the variant's own figures, on the first ``sentences`` pairs."""
+    from ..analysis.probe import source_probe
+    from ..analysis.report import attention_report
+    from ..training.run import load_model_dir, run_pairs
+
+    model, tokenizer = load_model_dir(str(run_dir))
+    model.eval()
+    val_src, val_ref, _, _ = run_pairs(str(run_dir), "validation", max_samples=sentences)
+    test_src, test_ref, _, _ = run_pairs(str(run_dir), "test", max_samples=sentences)
+    val_src, val_ref, test_src, test_ref = val_src[:sentences], val_ref[:sentences], test_src[:sentences], test_ref[:sentences]
+    out = {"probe": source_probe(model, tokenizer, val_src, val_ref),
+           "attention": attention_report(model, tokenizer, test_src, test_ref)}
+    out.update(variant_figures(model, tokenizer, test_src, test_ref))
+    return out
+
+
+def variant_figures(model, tokenizer, sources, references, batch_size: int = 16) -> dict:
+    """GMM: mean gate per decoder layer (the mixture's share, Eq. 13). Calibration: the masks' mean, the share of
+    source tokens a mask removes (m < 0.5) and the share of the importance 1 - m held by the top 10% of tokens."""
+    from ..analysis.calibration import calibration_maps, calibration_modules
+    from ..analysis.gmm import gate_values, gmm_modules, mean_gate_per_layer
+    from ..analysis.reluformer import top_p_mass
+
+    batches = []
+    for start in range(0, len(sources), batch_size):
+        enc = tokenizer(sources[start : start + batch_size], text_target=references[start : start + batch_size],
+                        padding=True, truncation=True, max_length=128, return_tensors="pt")
+        enc["labels"] = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
+        batches.append(enc)
+    out = {}
+    if gmm_modules(model):
+        gates = mean_gate_per_layer(gate_values(model, batches))
+        out["gmm_gate"] = {str(k): round(v, 4) for k, v in gates.items()}
+    if calibration_modules(model):
+        sums: dict = {}
+        for enc in batches:
+            maps = calibration_maps(model, enc["input_ids"], enc["attention_mask"], labels=enc["labels"])
+            src_real = enc["attention_mask"].bool()[:, None, None, :]
+            tgt_real = enc["labels"].ne(-100)[:, None, :, None]
+            keep = src_real & tgt_real
+            for layer, m in maps.items():
+                mask = m["mask"]
+                k = keep.expand_as(mask)
+                s = sums.setdefault(layer, [0.0, 0.0, 0.0, 0])
+                s[0] += float(mask[k].mean()) * len(enc["input_ids"])
+                s[1] += float((mask < 0.5)[k].float().mean()) * len(enc["input_ids"])
+                s[2] += top_p_mass((1 - mask) * k, keep, 0.1) * len(enc["input_ids"])
+                s[3] += len(enc["input_ids"])
+        out["calibration_mask"] = {str(layer): {"mean_mask": round(a / n, 4), "removed_share": round(b / n, 4),
+                                                "importance_top10_mass": round(c / n, 4)}
+                                   for layer, (a, b, c, n) in sums.items()}
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- the matrix
+def _child_env(threads: int | None) -> dict:
+    env = dict(os.environ)
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_ATTN_THREADS=str(threads))
+    return env
+
+
+def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int = 1, threads: int | None = None,
+               sentences: int = 200) -> list[str]:
+    """Run every spec without a record, ``jobs`` at a time, each in a child process; returns the failed names."""
+    from tqdm.auto import tqdm
+
+    todo = [s for s in specs if not record_path(output_dir, s).is_file()]
+    print(f"[hf-attn] reproduce: {len(specs)} runs, {len(specs) - len(todo)} already recorded, {len(todo)} to run "
+          f"({jobs} at a time)", flush=True)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    running: dict = {}
+    failed: list[str] = []
+    bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="reproduce", unit="run")
+    queue = list(todo)
+    while queue or running:
+        while queue and len(running) < jobs:
+            spec = queue.pop(0)
+            log = runs_dir / f"{spec.name}.log"
+            state = "resuming" if _complete_checkpoint(runs_dir / spec.name) else "starting"
+            tqdm.write(f"[hf-attn] {state} {spec.name} (log: {log})")
+            cmd = [sys.executable, "-m", "hf_attn.reproduce.runner", json.dumps(asdict(spec)), str(runs_dir),
+                   str(output_dir), str(sentences)]
+            with open(log, "a", encoding="utf-8") as fh:
+                running[spec.name] = (subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=_child_env(threads)),
+                                      spec)
+        time.sleep(1.0)
+        for name, (proc, spec) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[name]
+            bar.update(1)
+            if proc.returncode != 0 or not record_path(output_dir, spec).is_file():
+                failed.append(name)
+                tqdm.write(f"[hf-attn] {name} stopped with exit code {proc.returncode}; see {runs_dir / (name + '.log')}"
+                           " (run the same command again to resume it)")
+            else:
+                rec = json.loads(record_path(output_dir, spec).read_text())
+                r = rec.get("results") or {}
+                tqdm.write(f"[hf-attn] {name}: " + (f"BLEU {r['bleu']:.1f} / chrF {r['chrf']:.1f}" if r else
+                                                     rec.get("error", rec["status"])))
+    bar.close()
+    return failed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hf-attn reproduce", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
+        epilog="Flags after `--` go to every `hf-attn train` run (e.g. -- --train_file F.jsonl --d_model 512).")
+    p.add_argument("--presets", default="softmax,rela-g", help="comma-separated presets (softmax is the baseline)")
+    p.add_argument("--pairs", default="de-en", help="comma-separated SOURCE-TARGET pairs: Bible codes "
+                   "(`hf-attn corpora`), or the language keys of --train_file/--dataset given after --")
+    p.add_argument("--steps", default="600", help="comma-separated training budgets in optimizer steps")
+    p.add_argument("--seeds", default="42", help="comma-separated seeds (42 = the main job's)")
+    p.add_argument("--base", default="marian", choices=("marian", "bart"))
+    p.add_argument("--output_dir", "--output-dir", default="results", help="records and the report (default results)")
+    p.add_argument("--runs_dir", "--runs-dir", default=os.path.join("runs", "reproduce"),
+                   help="model directories and checkpoints (default runs/reproduce)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's; use 1 with --jobs 2 on 2 cores)")
+    p.add_argument("--sentences", type=int, default=200, help="pairs for the probe and attention statistics (default 200)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (default 1000, sacrebleu's)")
+    p.add_argument("--report_only", "--report-only", action="store_true", help="only rebuild the report from the records")
+    return p
+
+
+def main(argv=None) -> int:
+    from .report import write_report
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    train_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    a = build_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    for flag, v, lo in (("--jobs", a.jobs, 1), ("--sentences", a.sentences, 2), ("--bootstrap", a.bootstrap, 100)):
+        if v < lo:
+            raise HfAttnInputError(f"{flag} {v}: need at least {lo}")
+    if a.threads is not None and a.threads < 1:
+        raise HfAttnInputError(f"--threads {a.threads}: need at least 1")
+    for bad in ("--preset", "--source", "--target", "--max_steps", "--seed", "--output_dir", "--base", "--resume"):
+        if any(t == bad or t.startswith(bad + "=") for t in train_args):
+            raise HfAttnInputError(f"{bad} after --: the matrix sets it; use --presets/--pairs/--steps/--seeds/--base/"
+                                   "--runs_dir of `hf-attn reproduce` instead")
+    output_dir = Path(a.output_dir)
+    failed = []
+    if not a.report_only:
+        specs = matrix(_csv(a.presets, "--presets"), _csv(a.pairs, "--pairs"), _csv(a.steps, "--steps", int),
+                       _csv(a.seeds, "--seeds", int), a.base, train_args)
+        failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)
+    path = write_report(output_dir, n_bootstrap=a.bootstrap, command=" ".join(["hf-attn", "reproduce", *argv]))
+    print(f"[hf-attn] wrote {path}")
+    if failed:
+        raise HfAttnInputError(f"{len(failed)} run(s) stopped: {', '.join(failed)}; run the same command again to "
+                               "resume them (their logs are in --runs_dir)")
+    return 0
+
+
+def _child(argv: list[str]) -> int:
+    """`python -m hf_attn.reproduce.runner SPEC_JSON RUNS_DIR OUTPUT_DIR SENTENCES`: one run, in its own process."""
+    spec_d, runs_dir, output_dir, sentences = argv
+    spec = json.loads(spec_d)
+    spec["train_args"] = tuple(spec.get("train_args") or ())
+    threads = os.environ.get("HF_ATTN_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    run_one(RunSpec(**spec), Path(runs_dir), Path(output_dir), int(sentences))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))
