@@ -6,6 +6,8 @@
     hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
     hf-attn push DIR REPO_ID [--private]
     hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
+    hf-attn reproduce [--presets P,...] [--pairs de-en,...] [--steps 600] [--seeds 42] [--output_dir results]
+                      (a matrix of runs -> results/REPORT.md with significance tests, claims and plots)
     hf-attn presets
     hf-attn corpora
 
@@ -19,7 +21,7 @@ import json
 import os
 import sys
 
-COMMANDS = ("train", "evaluate", "translate", "push", "analyze", "presets", "corpora")
+COMMANDS = ("train", "evaluate", "translate", "push", "analyze", "reproduce", "presets", "corpora")
 
 
 def _usage() -> str:
@@ -156,6 +158,12 @@ def cmd_analyze(argv) -> int:
     return 0
 
 
+def cmd_reproduce(argv) -> int:
+    from .reproduce.runner import main as reproduce_main
+
+    return reproduce_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -170,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
               f"valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     handler = {"train": cmd_train, "evaluate": cmd_evaluate, "translate": cmd_translate, "push": cmd_push,
-               "analyze": cmd_analyze, "presets": cmd_presets, "corpora": cmd_corpora}[cmd]
+               "analyze": cmd_analyze, "reproduce": cmd_reproduce, "presets": cmd_presets,
+               "corpora": cmd_corpora}[cmd]
     try:
         return handler(rest)
     except _errors() as e:

@@ -25,12 +25,43 @@ def test_head_diversity_zero_for_identical_heads_and_positive_otherwise():
     p = torch.tensor([0.7, 0.2, 0.1])
     same = p.expand(1, 2, 1, 3).clone()
     keep = torch.ones(1, 1, 1, 3, dtype=torch.bool)
-    assert stats.head_diversity(same, keep, renormalise=False).item() == pytest.approx(0.0, abs=1e-6)
+    assert stats.head_diversity(same, keep, relu_weights=False).item() == pytest.approx(0.0, abs=1e-6)
     differ = torch.stack([torch.tensor([1.0, 0, 0]), torch.tensor([0, 1.0, 0])])[None, :, None, :]
-    assert stats.head_diversity(differ, keep, renormalise=False).item() == pytest.approx(math.log(2), abs=1e-6)
+    assert stats.head_diversity(differ, keep, relu_weights=False).item() == pytest.approx(math.log(2), abs=1e-6)
     null_vs_one_hot = torch.stack([torch.zeros(3), torch.tensor([1.0, 0, 0])])[None, :, None, :]
     # a null row is one-hot on the dummy slot: disjoint from the other head -> log 2
-    assert stats.head_diversity(null_vs_one_hot, keep, renormalise=False).item() == pytest.approx(math.log(2))
+    assert stats.head_diversity(null_vs_one_hot, keep, relu_weights=False).item() == pytest.approx(math.log(2))
+
+
+def test_head_diversity_temperature_smooths_relu_weights_as_in_the_rela_paper():
+    """ReLA Table 6: softmax(w ** tau), so a smaller tau is smoother and diversity falls with tau (the old code divided
+    by tau: 0.61, 1.02, 1.21 for tau = 1, 0.5, 0.1 on this tensor)."""
+    torch.manual_seed(0)
+    w = torch.relu(torch.randn(2, 4, 5, 7)) * 3
+    keep = torch.ones(2, 1, 5, 7, dtype=torch.bool)
+    div = [stats.head_diversity(w, keep, tau, relu_weights=True).item() for tau in (1.0, 0.5, 0.1)]
+    assert div[0] > div[1] > div[2] > 0
+    # tau only applies to ReLU weights
+    assert stats.head_diversity(w, keep, 0.1).item() == pytest.approx(stats.head_diversity(w, keep, 1.0).item())
+
+
+def test_head_diversity_rescales_weights_that_are_not_distributions():
+    """GMM / calibrated / hard-Gaussian rows sum to less than 1: rescale them, never re-softmax them."""
+    p = torch.tensor([[0.02, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.03]])[None, :, None, :]  # two heads, tiny mass
+    keep = torch.ones(1, 1, 1, 4, dtype=torch.bool)
+    # rescaled: two disjoint one-hot distributions -> log 2 (the old re-softmax gave nearly uniform rows: ~0)
+    assert stats.head_diversity(p, keep).item() == pytest.approx(math.log(2), abs=1e-5)
+    assert stats.head_diversity(p * 30, keep).item() == pytest.approx(math.log(2), abs=1e-5)
+    # an all-zero row is null attention: one-hot on the dummy slot, in both treatments
+    null = torch.stack([torch.zeros(4), torch.tensor([0.0, 0.5, 0.0, 0.0])])[None, :, None, :]
+    for relu in (False, True):
+        d = stats.head_diversity(null, keep, relu_weights=relu).item()
+        assert d > 0.5, relu
+    # layer_statistics picks the treatment per layer from the variant names
+    attn = {"cross": stats.SiteAttention([p], keep)}
+    assert stats.layer_statistics(attn, variants={"cross": ["gmm"]})["cross"][0]["head_diversity"] == pytest.approx(
+        math.log(2), abs=1e-5)
+    assert stats.layer_statistics(attn, variants={"cross": ["rela"]})["cross"][0]["head_diversity"] < 0.01
 
 
 def test_aer_by_hand():

@@ -327,3 +327,17 @@ def test_two_process_accelerate_training(tmp_path):
         assert math.isfinite(r["aux_logs"][key]), key
     loaded = hf_attn.HfAttnMarianMTModel.from_pretrained(out_dir)
     assert len(calib.calibrated_modules(loaded)) == 1
+
+
+def test_train_scales_the_anneal_timescale_to_the_step_budget():
+    """T = 1e5 is the paper's for 150k steps; `hf-attn train` keeps its end ratio exp(-1.5) for a step budget."""
+    import math
+
+    from hf_attn.training.run import scaled_anneal
+
+    assert scaled_anneal("calibration-anneal", 600, {}) == {"calibration_anneal_steps": 400.0}
+    assert math.exp(-600 / 400.0) == pytest.approx(math.exp(-150_000 / 1e5))
+    assert scaled_anneal("calibration-anneal", 600, {"calibration_anneal_steps": 5.0}) == {}  # the user's value wins
+    assert scaled_anneal("calibration-gate", 600, {}) == {}
+    assert scaled_anneal("calibration-gate", 600, {"calibration_fusion": "anneal"}) == {"calibration_anneal_steps": 400.0}
+    assert scaled_anneal("calibration-anneal", -1, {}) == {}  # a wall-clock budget: no step count to scale to

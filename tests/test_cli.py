@@ -238,3 +238,9 @@ def test_init_from_a_vanilla_marian(tmp_path, cache, trained):
     r = json.loads((out / "results.json").read_text())
     assert r["init_from"] == str(vanilla) and r["preset"] == "rela-g" and r["model_config"]["d_model"] == 32
     assert json.loads((out / "config.json").read_text())["model_type"] == "hf_attn_marian"
+    # a preset only chooses attention: the checkpoint keeps its swish feed-forward and its dropout, and the run is
+    # not labelled with the from-scratch recipe
+    assert cfg.activation_function == "swish"
+    assert r["model_config"]["activation_function"] == "swish"
+    assert (r["model_config"]["attention_dropout"], r["model_config"]["activation_dropout"]) == (0.0, 0.0)
+    assert r["recipe"] is None

@@ -24,6 +24,33 @@ CASES = [(b, p) for b in BASES for p in PRESET_NAMES]
 IDS = [f"{b}-{p}" for b, p in CASES]
 
 
+def test_a_preset_only_chooses_attention():
+    """Presets set attention sites, layer subsets and variant hyperparameters, never the rest of the architecture."""
+    from hf_attn.modeling.configuration_hf_attn import variant_defaults
+
+    allowed = {f"{s}_attention{x}" for s in ("encoder", "decoder", "cross") for x in ("", "_layers")}
+    allowed |= set(variant_defaults())
+    for name, p in hf_attn.PRESETS.items():
+        assert set(p.overrides) <= allowed, (name, set(p.overrides) - allowed)
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_swap_attention_keeps_the_checkpoint_architecture(base, tmp_path):
+    """An opus-mt-style checkpoint (swish FFN, its own dropouts) keeps them under every preset."""
+    from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
+
+    from conftest import BASE_DEFAULTS, TINY
+
+    arch = dict(activation_function="swish", dropout=0.3, attention_dropout=0.05, activation_dropout=0.2)
+    cfg_cls, model_cls = (MarianConfig, MarianMTModel) if base == "marian" else (BartConfig, BartForConditionalGeneration)
+    vanilla = model_cls(cfg_cls(**{**TINY, **BASE_DEFAULTS[base], **arch}))
+    vanilla.save_pretrained(tmp_path)
+    for preset in PRESET_NAMES:
+        new = hf_attn.swap_attention(str(tmp_path), preset)
+        got = {k: getattr(new.config, k) for k in arch}
+        assert got == arch, (preset, got)
+
+
 @pytest.mark.parametrize("base,preset", CASES, ids=IDS)
 def test_training_step(base, preset):
     model = tiny_model(base, preset, dropout=0.1, attention_dropout=0.1).train()

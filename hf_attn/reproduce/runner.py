@@ -248,6 +248,15 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
     return failed
 
 
+def remember_plan(output_dir: Path, specs: list[RunSpec]) -> None:
+    """Add the matrix to ``output_dir/plan.json``: the report lists planned runs that have no record yet."""
+    path = Path(output_dir) / "plan.json"
+    plan = json.loads(path.read_text()) if path.is_file() else []
+    plan += [s.name for s in specs if s.name not in plan]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan, indent=1) + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hf-attn reproduce", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
@@ -266,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sentences", type=int, default=200, help="pairs for the probe and attention statistics (default 200)")
     p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (default 1000, sacrebleu's)")
     p.add_argument("--report_only", "--report-only", action="store_true", help="only rebuild the report from the records")
+    p.add_argument("--readme", default=None, help="also rewrite this README's block between <!-- reproduce-headline:start "
+                   "--> and <!-- reproduce-headline:end --> with the report's headline table")
     return p
 
 
@@ -289,8 +300,10 @@ def main(argv=None) -> int:
     if not a.report_only:
         specs = matrix(_csv(a.presets, "--presets"), _csv(a.pairs, "--pairs"), _csv(a.steps, "--steps", int),
                        _csv(a.seeds, "--seeds", int), a.base, train_args)
+        remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)
-    path = write_report(output_dir, n_bootstrap=a.bootstrap, command=" ".join(["hf-attn", "reproduce", *argv]))
+    readme = Path(a.readme) if a.readme else None
+    path = write_report(output_dir, a.bootstrap, " ".join(["hf-attn", "reproduce", *argv]), readme)
     print(f"[hf-attn] wrote {path}")
     if failed:
         raise HfAttnInputError(f"{len(failed)} run(s) stopped: {', '.join(failed)}; run the same command again to "

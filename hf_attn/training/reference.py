@@ -1,35 +1,57 @@
-"""Reference figures measured with hf-attn, printed beside a run's score when the run matches: same data, same
-default model size and training setup, same number of steps (the main job's default budget is a step count, so
-the figure holds on any machine up to float rounding: about +-0.5 BLEU between 1 and 2 torch threads).
+"""The `softmax` reference printed beside a run's score, taken from the reproduction records (`results/runs/*.json`,
+written by `hf-attn reproduce`; never typed by hand).
 
-Key: (corpus, source translation code, target translation code, training steps). Value: the `softmax` preset's
-scores on the test split (John, 879 verses), beam 4, sacrebleu defaults, and the training setup they hold for
-(a run with another learning rate, batch, warm-up, embedding scale or init gets no reference).
+A record is a reference for a run when it is a complete `softmax` run on the same data (corpus and translation
+codes, same test set size), with the same step budget, default model size, training setup (learning rate,
+warm-up, batch, accumulation, label smoothing, processes, embedding init) and architecture (every recorded
+`model_config` field, so the recipe too). A record with the run's own seed is preferred. A wall-clock budget, a
+resized model or a warm start gets none. Installs without the repository's `results/` have no references.
 """
 
-REFERENCES: dict[tuple, dict] = {
-    # hf-attn train --preset softmax --output_dir runs/softmax-600 (default flags), measured 2026-11-23
-    ("bible", "e", "4", 600): {
-        "bleu": 13.9, "chrf": 30.3, "steps": 600, "device": "a 2-core x86_64 CPU", "test_sentences": 879,
-        "validation_loss": 4.6025,
-        "training": {"learning_rate": 0.001, "warmup_steps": 300, "per_device_train_batch_size": 64,
-                     "gradient_accumulation_steps": 1, "label_smoothing_factor": 0.1, "world_size": 1,
-                     "embedding_init_std": 0.0625},
-        "model_config": {"scale_embedding": True, "dropout": 0.1, "vocab_size": 8002, "init_std": 0.02},
-    },
-}
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RECORD_DIRS = [Path(__file__).resolve().parents[2] / "results" / "runs"]
+TRAINING_KEYS = ("learning_rate", "warmup_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
+                 "label_smoothing_factor", "world_size", "embedding_init_std")
+
+
+def _records():
+    for d in RECORD_DIRS:
+        for path in sorted(Path(d).glob("*.json")) if Path(d).is_dir() else ():
+            try:
+                rec = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if rec.get("status") == "complete" and (rec.get("results") or {}).get("preset") == "softmax":
+                yield rec
+
+
+def _matches(run: dict, ref: dict) -> bool:
+    data, rdata = run.get("data") or {}, ref.get("data") or {}
+    if any(data.get(k) != rdata.get(k) for k in ("corpus", "source_code", "target_code", "name")):
+        return False
+    if (run.get("train_steps"), run.get("test_sentences")) != (ref.get("train_steps"), ref.get("test_sentences")):
+        return False
+    if not ref.get("default_model_size") or ref.get("minutes"):
+        return False
+    tr, rtr = run.get("training") or {}, ref.get("training") or {}
+    if any(tr.get(k) != rtr.get(k) for k in TRAINING_KEYS):
+        return False
+    return (run.get("model_config") or {}) == (ref.get("model_config") or {})
 
 
 def reference_for(run: dict) -> dict | None:
-    data = run.get("data", {})
+    """``{"bleu", "chrf", "steps", "device", "seed", "record"}`` of the matching softmax record, or None."""
     if run.get("minutes") or not run.get("default_model_size") or run.get("init_from"):
         return None
-    key = (data.get("corpus"), data.get("source_code"), data.get("target_code"), run.get("train_steps"))
-    ref = REFERENCES.get(key)
-    if ref is None or run.get("test_sentences") != ref.get("test_sentences"):
+    found = [rec for rec in _records() if _matches(run, rec["results"])]
+    if not found:
         return None
-    for group in ("training", "model_config"):
-        for k, v in ref.get(group, {}).items():
-            if (run.get(group) or {}).get(k) != v:
-                return None
-    return ref
+    seed = (run.get("training") or {}).get("seed")
+    rec = next((r for r in found if r["results"]["training"].get("seed") == seed), found[0])
+    res = rec["results"]
+    return {"bleu": res["bleu"], "chrf": res["chrf"], "steps": res["train_steps"], "device": res.get("device"),
+            "seed": res["training"].get("seed"), "record": rec["name"]}

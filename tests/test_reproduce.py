@@ -1,0 +1,128 @@
+"""`hf-attn reproduce` end to end on a tiny matrix: runs, skip/resume, significance, claims, plots, README block."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
+
+from hf_attn.reproduce import report as rep
+from hf_attn.reproduce.runner import RunSpec, matrix
+
+pytestmark = pytest.mark.slow
+
+# a tiny model on a small parallel file: the matrix takes seconds per run
+FLAGS = [*TINY_ARGS, "--eval_steps", "2", "--save_steps", "2"]
+
+
+def _data(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", bible_pairs(160))
+    test = write_jsonl(tmp_path / "test.jsonl", bible_pairs(12, "test"))
+    return ["--train_file", str(train), "--validation_file", str(test), "--test_file", str(test)]
+
+
+def test_matrix_order_and_names():
+    specs = matrix(["rela-g", "softmax"], ["de-en", "ru-en"], [600], [42, 43])
+    assert [s.preset for s in specs[:2]] == ["softmax", "rela-g"]  # softmax first in each setup: the baseline
+    assert len({s.name for s in specs}) == 8
+    assert specs[0].name == "de-en_600steps_seed42_softmax"
+    assert RunSpec("softmax", "de", "en", 6, 1, "bart", ("--d_model", "32")).name.startswith("bart_de-en_6steps_seed1_x")
+
+
+def test_reproduce_end_to_end(tmp_path):
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- reproduce-headline:start -->\nold\n<!-- reproduce-headline:end -->\ntail\n")
+    args = ["reproduce", "--presets", "softmax,rela-g", "--pairs", "de-en", "--steps", "4", "--seeds", "1",
+            "--output_dir", str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100",
+            "--threads", "1", "--readme", str(readme), "--", *FLAGS, *_data(tmp_path)]
+    r = run_cli(args, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    names = sorted(p.name for p in (out / "runs").glob("*.json"))
+    assert len(names) == 2 and all(n.startswith("de-en_4steps_seed1_x") for n in names)
+    rec = json.loads((out / "runs" / names[0]).read_text())
+    assert rec["status"] == "complete" and rec["results"]["train_steps"] == 4
+    assert set(rec["analysis"]["probe"]) == {"loss_true", "loss_shuffled", "gap", "sentences"}
+    assert set(rec["analysis"]["attention"]["sites"]) == {"encoder", "decoder", "cross"}
+    assert rec["results"]["curves"]["validation_loss"][0][0] == 2  # the validation loss every --eval_steps
+    assert rec["results"]["recipe"] and rec["results"]["model_config"]["activation_function"] == "relu"
+    summary = json.loads((out / "report.json").read_text())
+    (name, sig), = summary["significance"].items()
+    assert "rela-g" in name
+    for metric in ("bleu", "chrf"):
+        s = sig[metric]
+        assert s["ci"][0] <= s["delta"] + 1e-6 and s["delta"] <= s["ci"][1] + 1e-6 and 0 <= s["p_value"] <= 1
+    text = (out / "REPORT.md").read_text()
+    assert "ΔBLEU vs softmax" in text and "What the papers claim" in text and "| rela-g |" in text
+    assert "ReLA-g translates about as well as softmax" in text
+    pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert any(p.startswith("scores_") for p in pngs) and any(p.startswith("validation_") for p in pngs)
+    assert any(p.startswith("attention_") for p in pngs)
+    assert "old" not in readme.read_text() and "| rela-g |" in readme.read_text() and readme.read_text().endswith("tail\n")
+
+    # again: both records exist, nothing is trained (the run directories may even be gone)
+    import shutil
+
+    shutil.rmtree(runs)
+    r2 = run_cli(args, timeout=600)
+    assert r2.returncode == 0, r2.stderr[-2000:]
+    assert "2 already recorded, 0 to run" in r2.stdout
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_reproduce_resumes_a_partial_run(tmp_path):
+    """A run killed after its first checkpoint is resumed by the next `reproduce`, not restarted."""
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    spec = RunSpec("softmax", "de", "en", 4, 1, "marian", tuple(FLAGS + _data(tmp_path)))
+    # a partial run: train 2 of the 4 steps into the run directory, as a killed run would leave it
+    partial = spec.train_argv(runs / spec.name, False)
+    partial[partial.index("--max_steps") + 1] = "2"
+    r = run_cli(["train", *partial], timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (runs / spec.name / "results.json").unlink()  # killed before the end of the run
+    r = run_cli(["reproduce", "--presets", "softmax", "--pairs", "de-en", "--steps", "4", "--seeds", "1",
+                 "--output_dir", str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100",
+                 "--", *FLAGS, *_data(tmp_path)], timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resuming " + spec.name in r.stdout
+    log = (runs / f"{spec.name}.log").read_text()
+    assert "resuming from" in log and "checkpoint-2" in log
+    rec = json.loads((out / "runs" / f"{spec.name}.json").read_text())
+    assert rec["results"]["train_steps"] == 4
+
+
+def test_failed_run_is_recorded_and_reported(tmp_path):
+    """A diverged run (the papers' "does not converge") is a row of the report, not a crash of it."""
+    out = tmp_path / "results"
+    (out / "runs").mkdir(parents=True)
+    spec = RunSpec("relu", "de", "en", 4, 1)
+    (out / "runs" / f"{spec.name}.json").write_text(json.dumps({
+        "version": 1, "name": spec.name, "setup": spec.setup, "spec": spec.__dict__ | {"train_args": []},
+        "status": "failed", "error": "training diverged (loss nan) at step 3"}))
+    path = rep.write_report(out, n_samples=100)
+    text = path.read_text()
+    assert "failed: training diverged" in text
+    assert "ReLU alone, without normalisation, fails to train" in text
+
+
+def test_paired_bootstrap_known_answers():
+    refs = ["the cat sat on the mat", "a dog ran in the park", "we eat bread"] * 10
+    same = rep.paired_bootstrap(refs, refs, refs, n_samples=100)
+    assert same["bleu"]["delta"] == 0 and same["bleu"]["ci"] == [0, 0]
+    worse = ["the cat", "a dog", "bread"] * 10
+    s = rep.paired_bootstrap(refs, worse, refs, n_samples=100)
+    assert s["bleu"]["delta"] < -50 and s["bleu"]["ci"][1] < 0 and s["bleu"]["p_value"] < 0.05
+    assert math.isfinite(s["chrf"]["delta"])
+    with pytest.raises(ValueError):
+        rep.paired_bootstrap(refs, refs[:-1], refs)
+
+
+def test_bad_flags_are_one_line_errors(tmp_path):
+    r = run_cli(["reproduce", "--presets", "softmx", "--output_dir", str(tmp_path)])
+    assert r.returncode == 2 and "did you mean 'softmax'" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli(["reproduce", "--pairs", "deen", "--output_dir", str(tmp_path)])
+    assert r.returncode == 2 and "SOURCE-TARGET" in r.stderr
+    r = run_cli(["reproduce", "--output_dir", str(tmp_path), "--", "--preset", "relu"])
+    assert r.returncode == 2 and "--presets" in r.stderr
