@@ -1,0 +1,61 @@
+"""Every preset's logits on a fixed seed and batch are those recorded before the attention-contract refactor
+(`tests/data/preset_logits.pt`): training loss, teacher-forced logits and the auxiliary loss, Marian and BART.
+
+Regenerate only for an intended change of the math: ``python tests/test_logits_reference.py --write``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_batch, tiny_model
+
+import hf_attn
+
+DATA = Path(__file__).with_name("data") / "preset_logits.pt"
+# variant renamed since the recording; the recorded name is the key
+RENAMED: dict[str, str] = {}
+
+
+def preset_outputs(base: str, preset: str) -> dict:
+    """Eval logits and loss; training-mode loss and auxiliary loss (dropout is 0); beam-2 cached generation."""
+    model = tiny_model(base, preset, seed=0)
+    b = tiny_batch(batch=4, src_len=9, tgt_len=7, seed=3)
+    with torch.no_grad():
+        out = model.eval()(**b)
+        model.train()
+        train = model(**b)
+        model.eval()
+        seq = model.generate(input_ids=b["input_ids"], attention_mask=b["attention_mask"], num_beams=2, max_length=8,
+                             do_sample=False)
+    aux = train.aux_loss if train.aux_loss is not None else torch.zeros(())
+    return {"logits": out.logits.float(), "loss": out.loss.float(), "train_loss": train.loss.float(),
+            "aux_loss": aux.float(), "generated": seq}
+
+
+def record() -> dict:
+    return {f"{b}/{p}": preset_outputs(b, p) for b in ("marian", "bart") for p in sorted(hf_attn.PRESETS)}
+
+
+@pytest.mark.parametrize("base", ["marian", "bart"])
+def test_logits_match_the_recording(base):
+    ref = torch.load(DATA)
+    for key, want in ref.items():
+        b, preset = key.split("/")
+        if b != base:
+            continue
+        got = preset_outputs(b, RENAMED.get(preset, preset))
+        for name in want:
+            if name == "generated":
+                assert torch.equal(got[name], want[name]), f"{key} {name}"
+            else:
+                torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6, msg=f"{key} {name}")
+
+
+if __name__ == "__main__" and "--write" in sys.argv:
+    sys.path.insert(0, str(Path(__file__).parent))
+    DATA.parent.mkdir(exist_ok=True)
+    torch.save(record(), DATA)
+    print(f"wrote {DATA}")
