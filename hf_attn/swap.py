@@ -52,7 +52,7 @@ def swap_attention(model_or_path, preset: str = "rela-g", **overrides):
     config = config_cls.from_preset(preset, **{**base, **overrides})
     new = model_cls(config)
     missing, _unexpected = new.load_state_dict(model.state_dict(), strict=False)
-    new_names = {n for n, _ in new.named_parameters()} - set(model.state_dict())
+    new_names = {n for n, _ in (*new.named_parameters(), *new.named_buffers())} - set(model.state_dict())
     not_copied = [n for n in missing if n not in new_names]
     if not_copied:  # a shared weight failed to transfer: never hand back a half-initialised model silently
         raise HfAttnConfigError(f"could not copy {len(not_copied)} weights from the checkpoint, e.g. {not_copied[0]}")

@@ -19,7 +19,7 @@ from training_helpers import REPO, TINY_ARGS, offline_env
 from transformers import Seq2SeqTrainingArguments
 
 import hf_attn
-from hf_attn.analysis.calibration import calibration_maps, plot_saliency, record_calibration, saliency_map
+from hf_attn.analysis.calibration import calibration_maps, plot_saliency, saliency_map
 from hf_attn.modeling import attention_calibration as calib
 from hf_attn.modeling.attention_base import HfAttnConfigError
 
@@ -107,8 +107,8 @@ def test_single_loss_equals_the_two_backward_recipe(preset, monkeypatch):
     # negative controls: cutting the activation paths changes the gradients, so the comparison above sees them
     original = calib.CalibratedAttention.perturbation_mask
 
-    def states_cut(self, x, enc, real, view, cached=False):
-        return original(self, x.detach(), enc.detach(), real, view, cached)
+    def states_cut(self, x, enc, real, view, ctx=None):
+        return original(self, x.detach(), enc.detach(), real, view, ctx)
 
     monkeypatch.setattr(calib.CalibratedAttention, "perturbation_mask", states_cut)
     cut = single_loss_grads(model, batch)
@@ -125,11 +125,10 @@ def test_mask_and_perturbed_weights_are_zero_on_padding(base):
     batch = tiny_batch()
     pad = ~batch["attention_mask"].bool()
     assert pad.any()
-    with record_calibration(model) as modules:
-        model(**batch)
+    details = model(**batch, output_attention_details=True).attention_details  # training: both passes' maps
     real = (~pad)[:, None, None, :].float()
-    for m in modules.values():
-        rec = m.calibration_last
+    for layer in range(model.config.decoder_layers):
+        rec = details[f"cross.{layer}"]
         for key in ("mask", "calibrated", "combined", "perturbed", "perturbed_mask", "perturbed_attention"):
             assert (rec[key] * (1 - real)).abs().max() == 0, key
         mask = rec["mask"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import BASE_DEFAULTS, TINY, tiny_batch, tiny_config, tiny_model
+from conftest import attention_context, BASE_DEFAULTS, TINY, tiny_batch, tiny_config, tiny_model
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -161,7 +161,7 @@ def test_entmax_family_float32_under_autocast_and_empty_rows(mixin, monkeypatch)
     keep[1] = False  # a fully masked example: must not crash or NaN
     keep[0, :, :, 3:] = False
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ctx, weights = module.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), keep, output_attentions=True)
+        ctx, weights = module.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), keep, attention_context(True))
     assert seen == [torch.float32]
     assert torch.isfinite(ctx.float()).all() and torch.isfinite(weights.float()).all()
     assert (weights[0, :, :, 3:] == 0).all()
@@ -177,7 +177,7 @@ def test_rela_null_rows_give_zeros_not_nan(preset, dtype):
     k = torch.ones(2, 4, 6, 8, dtype=dtype)
     v = torch.randn(2, 4, 6, 8).to(dtype)
     keep = torch.ones(2, 1, 3, 6, dtype=torch.bool)
-    ctx, weights = module.attend(q, k, v, keep)
+    ctx, weights = module.attend(q, k, v, keep, attention_context())
     assert (weights == 0).all() and (ctx == 0).all()
     merged = module.post_merge(ctx.transpose(1, 2).reshape(2, 3, 32))
     assert torch.isfinite(merged).all()

@@ -264,16 +264,31 @@ def test_synthesis_state_follows_cache_and_beams(base):
             torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, rtol=1e-5, atol=1e-5)
 
 
-def test_synthesis_state_is_reordered_and_reset():
+def test_synthesis_state_lives_in_the_cache_and_is_reordered_cropped_and_reset():
+    from transformers.cache_utils import DynamicCache
+
+    from hf_attn.modeling.attention_base import HfAttnCache
+
+    cache = HfAttnCache(DynamicCache(), DynamicCache())
+    cache.set_state("gmm_synthesis_mu.0", torch.arange(4.0).view(4, 1, 1, 1).expand(4, 4, 3, 4).clone(), target_dim=2)
+    cache.set_state("calibration_keys.0", torch.arange(4.0).view(4, 1, 1, 1).expand(4, 4, 5, 2).clone())
+    cache.reorder_cache(torch.tensor([2, 2, 0, 3]))
+    assert cache.get_state("gmm_synthesis_mu.0")[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0, 3.0]
+    assert cache.get_state("calibration_keys.0")[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0, 3.0]
+    cache.crop(-1)  # one target position less; source-side state untouched
+    assert cache.get_state("gmm_synthesis_mu.0").shape[2] == 2 and cache.get_state("calibration_keys.0").shape[2] == 5
+    cache.batch_select_indices(torch.tensor([1, 3]))
+    assert cache.get_state("gmm_synthesis_mu.0")[:, 0, 0, 0].tolist() == [2.0, 3.0]
+    cache.reset()
+    assert cache.get_state("gmm_synthesis_mu.0") is None
+    # generation keeps the state in the cache it returns, one centre history per hypothesis and position
     model = tiny_model("marian", "gmm-synthesis")
-    module = cross(model)
-    module._gmm_state = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 4, 1, 4).clone()
-    model._reorder_cache(None, torch.tensor([2, 2, 0, 3]))
-    assert module._gmm_state[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0, 3.0]
-    # a fresh generation resets it (an empty cache), also with another batch size
     b = tiny_batch(batch=2)
-    model.generate(input_ids=b["input_ids"], attention_mask=b["attention_mask"], max_new_tokens=3, num_beams=1)
-    assert module._gmm_state.shape[0] == 2
+    out = model.generate(input_ids=b["input_ids"], attention_mask=b["attention_mask"], max_new_tokens=3,
+                         min_new_tokens=3, num_beams=1, return_dict_in_generate=True, use_cache=True)
+    assert isinstance(out.past_key_values, HfAttnCache)
+    mu = out.past_key_values.get_state("gmm_synthesis_mu.0")
+    assert mu.shape[0] == 2 and mu.shape[2] == out.past_key_values.get_seq_length()
 
 
 @pytest.mark.parametrize("base", ("marian", "bart"))
@@ -283,8 +298,11 @@ def test_synthesis_without_reordering_would_differ(base, monkeypatch):
     b = tiny_batch()
     src = dict(input_ids=b["input_ids"], attention_mask=b["attention_mask"], num_beams=4, use_cache=True)
     good = model.generate(**src, **BEAM_KW)
-    for layer in gmm_analysis.gmm_modules(model).values():
-        monkeypatch.setattr(layer, "reorder_state", lambda beam_idx: None)
+    from transformers.cache_utils import EncoderDecoderCache
+
+    from hf_attn.modeling.attention_base import HfAttnCache
+
+    monkeypatch.setattr(HfAttnCache, "reorder_cache", EncoderDecoderCache.reorder_cache)  # keys/values only
     bad = model.generate(**src, **BEAM_KW)
     same = torch.equal(good.sequences, bad.sequences)
     assert not (same and torch.allclose(good.sequences_scores, bad.sequences_scores, rtol=1e-5, atol=1e-5))
@@ -311,7 +329,7 @@ def test_gate_values_and_mixture_parameters_per_layer(tmp_path):
         g = rec["gate"][..., None]
         torch.testing.assert_close(rec["gamma"], (1 - g) * rec["alpha"] + g * rec["beta"])  # Eq. 13
         torch.testing.assert_close(rec["gamma"], fused[layer].float())
-    assert all(not m.gmm_record for m in gmm_analysis.gmm_modules(model).values())  # recording switched off again
+    assert model(**b).attention_details is None  # details only when asked for
 
     values = gmm_analysis.gate_values(model, [b, tiny_batch(seed=2)])
     n_real = int(b["labels"].ne(-100).sum()) + int(tiny_batch(seed=2)["labels"].ne(-100).sum())

@@ -150,9 +150,9 @@ def test_incremental_decoding_uses_cache_length_and_real_source_length(monkeypat
     seen = []
     original = rf.ReluFormerAttention.attend
 
-    def recording(self, q, k, v, keep, output_attentions=False):
+    def recording(self, q, k, v, keep, ctx):
         seen.append((self.site, q.shape[2], rf.visible_keys(keep).expand(q.shape[0], 1, q.shape[2], 1)[:, 0, :, 0]))
-        return original(self, q, k, v, keep, output_attentions)
+        return original(self, q, k, v, keep, ctx)
 
     monkeypatch.setattr(rf.ReluFormerAttention, "attend", recording)
     with torch.no_grad():
@@ -228,26 +228,29 @@ def test_one_token_inputs_and_autocast_are_finite(base):
         assert all(torch.isfinite(v) for v in out.aux_logs.values())
 
 
-def fake_module(site, reg_rows, rows):
+def fake_stats(reg_rows, rows):
     zeros = torch.zeros_like(reg_rows)
-    stats = {"norm": reg_rows, "margin": zeros, "entropy": zeros + 1.0, "row_sum": zeros, "rows": rows}
-    return SimpleNamespace(site=site, reluformer_stats=stats)
+    return {"norm": reg_rows, "margin": zeros, "entropy": zeros + 1.0, "row_sum": zeros, "rows": rows}
 
 
 def test_reg_is_averaged_over_valid_queries_heads_then_layers():
+    from hf_attn.modeling.attention_base import ForwardState
+
     # encoder layer: B=1, H=2, S=3, last source token is padding ; decoder layer: T=2, second position is padding
-    enc = fake_module("encoder", torch.tensor([[[1.0, 2.0, 100.0], [3.0, 4.0, 100.0]]]), torch.ones(1, 1, 3, dtype=torch.bool))
-    dec = fake_module("decoder", torch.tensor([[[5.0, 100.0], [7.0, 100.0]]]), torch.ones(1, 1, 2, dtype=torch.bool))
-    model = SimpleNamespace(
-        attention_modules=lambda: [enc, dec], config=SimpleNamespace(reluformer_reg_weight=0.5, pad_token_id=PAD)
-    )
+    variant = rf.ReluFormerAttention.variant
+    state = ForwardState()
+    state.layer_stats[(variant, "encoder", 0)] = fake_stats(
+        torch.tensor([[[1.0, 2.0, 100.0], [3.0, 4.0, 100.0]]]), torch.ones(1, 1, 3, dtype=torch.bool))
+    state.layer_stats[(variant, "decoder", 0)] = fake_stats(
+        torch.tensor([[[5.0, 100.0], [7.0, 100.0]]]), torch.ones(1, 1, 2, dtype=torch.bool))
+    state.layer_stats[("calibrated", "cross", 0)] = {"other": "variant"}  # another variant's statistics: ignored
+    model = SimpleNamespace(config=SimpleNamespace(reluformer_reg_weight=0.5, pad_token_id=PAD))
     inputs = {"attention_mask": torch.tensor([[1, 1, 0]]), "decoder_input_ids": torch.tensor([[PAD, PAD]])}
-    losses, logs = rf.ReluFormerAttention.model_losses(model, None, inputs)
+    losses, logs = rf.ReluFormerAttention.model_losses(model, None, inputs, state)
     expected = ((1 + 2 + 3 + 4) / 4 + (5 + 7) / 2) / 2  # per layer over valid (query, head), then over layers
     assert logs["reg_loss"].item() == pytest.approx(expected)
     assert losses["reluformer_reg"].item() == pytest.approx(0.5 * expected)
     assert logs["attn_entropy"].item() == pytest.approx(1.0)
-    assert enc.reluformer_stats is None and dec.reluformer_stats is None  # consumed
 
 
 def test_model_reports_reg_and_no_reg_preset_only_logs_it():

@@ -18,11 +18,9 @@ Row t of every map is the decoder step that predicts target token t (teacher for
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 
-from .stats import cross_attention_modules, recording
+from .stats import attention_details, cross_attention_modules
 
 
 def calibration_modules(model) -> dict[int, torch.nn.Module]:
@@ -30,42 +28,28 @@ def calibration_modules(model) -> dict[int, torch.nn.Module]:
     return cross_attention_modules(model, "calibrated")
 
 
-@contextmanager
-def record_calibration(model):
-    """Within the block every calibrated module keeps its last maps in ``module.calibration_last`` (detached,
-    float32 [B,H,T,S]): attention (a), mask (m), calibrated (a * exp(1 - m)), combined (fused weights), gate
-    ([B,H,T], gate fusion); during training also the perturbed pass's perturbed / perturbed_mask /
-    perturbed_attention."""
+@torch.no_grad()
+def calibration_maps(model, input_ids, attention_mask=None, labels=None, decoder_input_ids=None) -> dict[int, dict]:
+    """One teacher-forced forward pass in eval mode; ``{layer: record}``, the model's ``attention_details`` of each
+    calibrated layer (float32 [B,H,T,S]): attention (a), mask (m), calibrated (a * exp(1 - m)), combined (fused
+    weights), gate ([B,H,T], gate fusion), plus ``source_mask`` [B, S] and ``target_mask`` [B, T] (True = real)."""
+    if labels is None and decoder_input_ids is None:
+        raise ValueError("calibration_maps needs labels or decoder_input_ids (the target the masks are computed for)")
     modules = calibration_modules(model)
     if not modules:
         raise ValueError(
             "this model has no calibrated cross-attention (cross_attention='calibrated', presets calibration-*); "
             f"its cross-attention layout is {model.config.attention_layout()['cross']}"
         )
-    with recording(modules, "calibration"):
-        yield modules
-
-
-@torch.no_grad()
-def calibration_maps(model, input_ids, attention_mask=None, labels=None, decoder_input_ids=None) -> dict[int, dict]:
-    """One teacher-forced forward pass in eval mode; ``{layer: record}`` with the maps of `record_calibration`
-    plus ``source_mask`` [B, S] and ``target_mask`` [B, T] (True = real token)."""
-    if labels is None and decoder_input_ids is None:
-        raise ValueError("calibration_maps needs labels or decoder_input_ids (the target the masks are computed for)")
-    was_training = model.training
-    model.eval()
-    try:
-        with record_calibration(model) as modules:
-            model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, decoder_input_ids=decoder_input_ids)
-    finally:
-        model.train(was_training)
+    details = attention_details(model, input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                                decoder_input_ids=decoder_input_ids)
     if labels is not None:
         target = labels.ne(-100)
     else:
         target = decoder_input_ids.ne(model.config.pad_token_id)
         target[:, 0] = True  # the decoder start token may equal pad (Marian)
     source = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
-    return {i: {**m.calibration_last, "source_mask": source, "target_mask": target} for i, m in modules.items()}
+    return {i: {**details[f"cross.{i}"], "source_mask": source, "target_mask": target} for i in modules}
 
 
 def saliency_map(model, tokenizer, source: str, target: str) -> dict:

@@ -15,11 +15,9 @@ Layers are 0-based decoder layer indices (the paper's L1..L6 are 0..5); only lay
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 
-from .stats import cross_attention_modules, recording
+from .stats import attention_details, cross_attention_modules
 
 
 def gmm_modules(model) -> dict[int, torch.nn.Module]:
@@ -27,19 +25,14 @@ def gmm_modules(model) -> dict[int, torch.nn.Module]:
     return cross_attention_modules(model, "gmm")
 
 
-@contextmanager
-def record_gmm(model):
-    """Within the block, every GMM module keeps its last mixture in ``module.gmm_last`` (detached tensors):
-    gate [B,H,T] (gate fusion only), weights / mu / sigma [B,H,T,K], source_length [B] (J), and the attention
-    maps alpha (dot-product), beta (mixture) and gamma (fused), [B,H,T,S]."""
+def _require_gmm(model) -> dict[int, torch.nn.Module]:
     modules = gmm_modules(model)
     if not modules:
         raise ValueError(
             "this model has no Gaussian-mixture cross-attention (cross_attention='gmm'); "
             f"its cross-attention layout is {model.config.attention_layout()['cross']}"
         )
-    with recording(modules, "gmm"):
-        yield modules
+    return modules
 
 
 def _target_mask(model, labels, decoder_input_ids):
@@ -53,20 +46,18 @@ def _target_mask(model, labels, decoder_input_ids):
 
 @torch.no_grad()
 def gmm_parameters(model, input_ids, attention_mask=None, labels=None, decoder_input_ids=None) -> dict[int, dict]:
-    """One teacher-forced forward pass; ``{layer: record}`` with the tensors of `record_gmm` plus
-    ``target_mask`` [B, T] (True = real target token) and ``source_mask`` [B, S]."""
+    """One teacher-forced forward pass; ``{layer: record}``, the model's ``attention_details`` of each GMM layer:
+    gate [B,H,T] (gate fusion only), weights / mu / sigma [B,H,T,K], source_length [B] (J), the attention maps
+    alpha (dot-product), beta (mixture) and gamma (fused) [B,H,T,S], plus ``target_mask`` [B, T] (True = real
+    target token) and ``source_mask`` [B, S]."""
     if labels is None and decoder_input_ids is None:
         raise ValueError("gmm_parameters needs labels or decoder_input_ids (the target the gates are computed for)")
-    was_training = model.training
-    model.eval()
-    try:
-        with record_gmm(model) as modules:
-            model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, decoder_input_ids=decoder_input_ids)
-    finally:
-        model.train(was_training)
+    modules = _require_gmm(model)
+    details = attention_details(model, input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                                decoder_input_ids=decoder_input_ids)
     target = _target_mask(model, labels, decoder_input_ids)
     source = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
-    return {i: {**m.gmm_last, "target_mask": target, "source_mask": source} for i, m in modules.items()}
+    return {i: {**details[f"cross.{i}"], "target_mask": target, "source_mask": source} for i in modules}
 
 
 def gate_values(model, batches) -> dict[int, torch.Tensor]:

@@ -14,7 +14,6 @@ Definitions follow the ReLA paper (Zhang, Titov & Sennrich 2021, Section 5):
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -41,19 +40,16 @@ def cross_attention_modules(model, variant: str) -> dict[int, torch.nn.Module]:
     return out
 
 
-@contextmanager
-def recording(modules: dict, prefix: str):
-    """Within the block each module has ``<prefix>_record = True`` and keeps its last maps in ``<prefix>_last``
-    (reset to None on entry); the previous ``<prefix>_record`` values are restored on exit."""
-    before = {i: getattr(m, f"{prefix}_record") for i, m in modules.items()}
-    for m in modules.values():
-        setattr(m, f"{prefix}_record", True)
-        setattr(m, f"{prefix}_last", None)
+@torch.no_grad()
+def attention_details(model, **inputs) -> dict:
+    """The variants' internal maps of one teacher-forced forward pass in eval mode (the model's
+    ``attention_details`` output: ``{"site.layer": {name: tensor}}``)."""
+    was_training = model.training
+    model.eval()
     try:
-        yield modules
+        return model(**inputs, output_attention_details=True).attention_details
     finally:
-        for i, m in modules.items():
-            setattr(m, f"{prefix}_record", before[i])
+        model.train(was_training)
 
 
 @torch.no_grad()

@@ -1,13 +1,22 @@
-"""Shared machinery of every hf-attn attention variant.
+"""The attention contract every hf-attn variant follows.
 
 A variant is a *mixin* holding the paper's math; `attention_class(base, mixin)` combines it with the base model's
 own attention class (`MarianAttention` or `BartAttention`), so that the q/k/v/out parameter names stay those of a
 vanilla checkpoint and transformers' `output_attentions` recorders (which match `isinstance(m, MarianAttention)`)
 keep working.
 
+One forward path for every variant (`VariantAttention.forward`): `project` (q/k/v and the K/V cache, as
+`BartAttention.forward` does it) -> boolean keep mask -> `attend(q, k, v, keep, ctx)` (the paper's math) -> merge
+heads -> `post_merge` -> ``out_proj``. What a variant needs beyond q, k, v and keep comes in a typed
+`AttentionContext`: the layer's input states, the query offset during cached decoding, the cache (where decoding
+state lives: `HfAttnCache`) and the forward pass's `ForwardState` (auxiliary losses, values to log, statistics for
+model-level objectives, and the internal maps a caller asked for). Model-level hooks (`attach`, `model_losses`,
+`max_positions`, `set_training_step`, `freeze_fixed_weights`) are declared here with no-op defaults.
+
 The model runs under its own attention implementation name, ``"hf_attn"``, registered here with a mask function
 that always materialises a boolean ``keep`` mask ``[B, 1, T, S]`` (True = may attend), built from padding and,
-for decoder self-attention, causality (HF_NOTES traps 1-2).
+for decoder self-attention, causality (transformers would otherwise hand a custom implementation no mask at all,
+and SDPA's mask is None when nothing is padded).
 """
 
 from __future__ import annotations
@@ -75,8 +84,18 @@ def softmax_attention(q, k, v, keep, scaling, dropout, need_weights):
     scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
     scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    ctx = torch.matmul(F.dropout(weights, p=dropout, training=dropout > 0), v)
-    return ctx, weights
+    return weighted_values(weights, v, dropout, dropout > 0, need_weights=True)
+
+
+def weighted_values(weights, v, dropout: float, training: bool, need_weights: bool):
+    """ctx = dropout(weights) V (the last step of every variant), with weights ``[H|1|B, ..., T, S]`` broadcast
+    to ``[B, H, T, S]``; returns (ctx, weights or None)."""
+    weights = weights.to(v.dtype)
+    if weights.dim() == 3:
+        weights = weights.unsqueeze(0)
+    weights = weights.expand(v.shape[0], v.shape[1], *weights.shape[-2:])
+    ctx = torch.matmul(F.dropout(weights, p=dropout, training=training and dropout > 0), v)
+    return ctx, (weights if need_weights else None)
 
 
 def hf_attn_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -116,10 +135,150 @@ def source_padding(keep: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Per-forward outputs and decoding state
+# --------------------------------------------------------------------------------------------------------------
+FORWARD_STATE_KWARG = "hf_attn_state"  # the keyword under which the model hands its ForwardState to every layer
+
+
+@dataclass
+class ForwardState:
+    """The extra outputs of one model forward pass, filled by the attention modules.
+
+    The model creates one per call and passes it as ``hf_attn_state=...`` (transformers forwards keyword arguments
+    through the stacks and layers to every attention module); the model-level hooks read it afterwards and the
+    results become fields of `HfAttnSeq2SeqLMOutput`. Nothing outlives the call. Modules run outside the model's
+    forward (e.g. the encoder inside ``generate``) get none.
+    """
+
+    losses: dict = field(default_factory=dict)  # name -> [weighted loss tensors]
+    logs: dict = field(default_factory=dict)  # name -> [scalar tensors], averaged into ``aux_logs``
+    layer_stats: dict = field(default_factory=dict)  # (variant, site, layer) -> statistics for `model_losses`
+    details: dict | None = None  # "site.layer" -> {name: tensor}: the variants' internal maps, when asked for
+    mode: str = "default"  # "perturbed": attention calibration's perturbed decoder pass
+
+    def log(self, name: str, value: torch.Tensor) -> None:
+        self.logs.setdefault(name, []).append(value.detach().float())
+
+    def record(self, site: str, layer: int, maps: dict) -> None:
+        """Keep ``maps`` (detached) under ``"site.layer"`` when the caller asked for the variants' details."""
+        if self.details is not None:
+            entry = self.details.setdefault(f"{site}.{layer}", {})
+            entry.update({k: v.detach() for k, v in maps.items() if v is not None})
+
+
+class HfAttnCache(EncoderDecoderCache):
+    """`EncoderDecoderCache` that also holds the variants' per-hypothesis decoding state (GMM synthesis network's
+    last centre, attention calibration's projected keys), batch-first tensors reordered, repeated, selected and
+    cropped together with the keys and values. The model wraps any `EncoderDecoderCache` it is given in one."""
+
+    def __init__(self, *caches) -> None:
+        super().__init__(*caches)
+        self.variant_state: dict[str, tuple[torch.Tensor, int | None]] = {}
+
+    @classmethod
+    def wrap(cls, cache: EncoderDecoderCache) -> HfAttnCache:
+        if isinstance(cache, cls):
+            return cache
+        new = cls(cache.self_attention_cache, cache.cross_attention_cache)
+        new.is_updated = cache.is_updated
+        return new
+
+    def get_state(self, name: str) -> torch.Tensor | None:
+        entry = self.variant_state.get(name)
+        return None if entry is None else entry[0]
+
+    def set_state(self, name: str, value: torch.Tensor, target_dim: int | None = None) -> None:
+        """``target_dim``: the axis over target positions, cut by `crop`; None for source-side state."""
+        self.variant_state[name] = (value, target_dim)
+
+    def _map_state(self, fn) -> None:
+        self.variant_state = {k: (fn(t), d) for k, (t, d) in self.variant_state.items()}
+
+    def reset(self):
+        super().reset()
+        self.variant_state = {}
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        super().reorder_cache(beam_idx)
+        self._map_state(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_repeat_interleave(self, repeats: int):
+        super().batch_repeat_interleave(repeats)
+        self._map_state(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor):
+        super().batch_select_indices(indices)
+        self._map_state(lambda t: t[indices])
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        if tokens_to_remove < 0:
+            self.variant_state = {k: (t.narrow(d, 0, t.shape[d] + tokens_to_remove) if d is not None else t, d)
+                                  for k, (t, d) in self.variant_state.items()}
+
+
+@dataclass
+class AttentionContext:
+    """What `VariantAttention.attend` may read besides q, k, v and keep, built once per call by `forward`."""
+
+    hidden_states: torch.Tensor  # x, the layer's input [B, T, d]
+    key_value_states: torch.Tensor | None  # cross-attention: the encoder states [B, S, d]; else None
+    past: int  # target positions before this call during cached decoding (the query offset); 0 otherwise
+    cache: HfAttnCache | None  # decoding state (`get_state` / `set_state`); None without a cache
+    output_attentions: bool
+    state: ForwardState | None  # the forward pass's extra outputs; None outside the model's forward
+
+    @property
+    def cached(self) -> bool:
+        return self.cache is not None
+
+
+# BartAttention.forward's K/V-cache logic (transformers 5.23, models/bart/modeling_bart.py; Marian's is the same),
+# in one place. `keys=False`: a values-only cache for the position-only variants. tests/test_core.py checks that
+# the cache this builds equals the stock attention's.
+def project_with_cache(module, hidden_states, key_value_states, past_key_values, keys: bool = True):
+    """(k ``[B,H,S,dh]`` or None, v ``[B,H,S,dh]``), including the cached positions; updates the cache."""
+    is_cross = key_value_states is not None
+    cache, is_updated = None, False
+    if past_key_values is not None:
+        if isinstance(past_key_values, EncoderDecoderCache):
+            is_updated = past_key_values.is_updated.get(module.layer_idx)
+            cache = past_key_values.cross_attention_cache if is_cross else past_key_values.self_attention_cache
+        else:
+            cache = past_key_values
+    current = key_value_states if is_cross else hidden_states
+    if is_cross and cache is not None and is_updated:
+        layer = cache.layers[module.layer_idx]
+        return (layer.keys if keys else None), layer.values
+    shape = (*current.shape[:-1], -1, module.head_dim)
+    v = module.v_proj(current).view(shape).transpose(1, 2)
+    # the position-only variants have no key projection: a [B, 1, S, 1] placeholder keeps the cache's bookkeeping
+    k = module.k_proj(current).view(shape).transpose(1, 2) if keys else v.new_zeros(v.shape[0], 1, v.shape[2], 1)
+    if cache is not None:
+        k, v = cache.update(k, v, module.layer_idx)
+        if is_cross and isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.is_updated[module.layer_idx] = True
+    return (k if keys else None), v
+
+
+def query_offset(past_key_values, is_cross: bool, layer_idx: int, tgt_len: int, kv_len: int) -> int:
+    """Target positions before this call: the self-attention cache length before the update (cross-attention reads
+    it from the decoder's self-attention cache, which this layer's self-attention has already updated)."""
+    if not is_cross:
+        past = kv_len - tgt_len
+    elif isinstance(past_key_values, EncoderDecoderCache):
+        past = past_key_values.self_attention_cache.get_seq_length(layer_idx) - tgt_len
+    else:
+        past = 0
+    return max(past, 0)
+
+
+# --------------------------------------------------------------------------------------------------------------
 # The variant mixin
 # --------------------------------------------------------------------------------------------------------------
 class VariantAttention:
-    """Mixin for one attention variant. Subclasses set `variant`, `sites`, `config_defaults` and override `attend`.
+    """Mixin for one attention variant. Subclasses set `variant`, `sites`, `config_defaults`, `presets` and implement
+    `attend`; every other hook has a no-op default.
 
     Life cycle: ``__init__`` (base projections) -> `setup` (variant parameters) ; `init_variant_weights` is called by
     the model's ``initialize_weights`` (with `transformers.initialization` helpers, which skip loaded tensors).
@@ -132,13 +291,18 @@ class VariantAttention:
     config_defaults: dict = {}
     # the paper's method, baselines and ablations as named presets (collected into hf_attn.PRESETS)
     presets: tuple[Preset, ...] = ()
+    # False: the weights depend on positions only; no q/k projections, a values-only cache (`project`)
+    uses_keys: bool = True
 
     def __init__(self, *args, site: str = "encoder", **kwargs):
         super().__init__(*args, **kwargs)
         self.site = site
+        if not self.uses_keys:  # no unused parameters: the weights never look at the tokens
+            del self.q_proj
+            del self.k_proj
         self.setup(self.config)
 
-    # ---- hooks for subclasses -----------------------------------------------------------------------------
+    # ---- module hooks ----------------------------------------------------------------------------------------
     @classmethod
     def validate_config(cls, config) -> None:
         """Raise `HfAttnConfigError` for invalid hyperparameters of this variant."""
@@ -149,55 +313,70 @@ class VariantAttention:
     def init_variant_weights(self, init) -> None:
         """Initialise the variant's own parameters; `init` is `transformers.initialization`."""
 
-    def attend(self, q, k, v, keep, output_attentions=False):
-        """Variant math. q ``[B,H,T,dh]`` (unscaled), k/v ``[B,H,S,dh]``, keep bool ``[B|1,1|H,T,S]``.
-
-        Returns (context ``[B,H,T,dh]``, weights ``[B,H,T,S]`` or None).
-        """
-        raise NotImplementedError
+    def attend(self, q, k, v, keep, ctx: AttentionContext):
+        """The variant's math. q ``[B,H,T,dh]`` (unscaled; None when not `uses_keys`), k ``[B,H,S,dh]`` (or None),
+        v ``[B,H,S,dh]``, keep bool ``[B|1,1|H,T,S]``. Returns (context ``[B,H,T,dh]``, weights ``[B,H,T,S]`` or
+        None: the weights only when ``ctx.output_attentions``)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement attend(q, k, v, keep, ctx)")
 
     def post_merge(self, o: torch.Tensor) -> torch.Tensor:
         """Transform the merged heads ``[B,T,d]`` before ``out_proj`` (ReLA's normalisation)."""
         return o
 
-    # ---- shared steps ---------------------------------------------------------------------------------------
+    def set_training_step(self, step: int) -> None:
+        """Optimiser-step-driven schedules (attention calibration's annealing); called through the model."""
+
+    def freeze_fixed_weights(self) -> None:
+        """Re-freeze fixed tensors after loading (transformers' loader makes every loaded tensor trainable)."""
+
+    # ---- model-level hooks -------------------------------------------------------------------------------------
+    @classmethod
+    def attach(cls, model) -> None:
+        """Once after the modules are swapped in: stack-level parameters (RAN's A0), with one owner each."""
+
+    @classmethod
+    def model_losses(cls, model, outputs, inputs: dict, state: ForwardState) -> tuple[dict, dict]:
+        """({name: weighted loss}, {name: value to log}) at the model level, after the forward pass (attention
+        calibration's perturbed pass, ReLUFormer's regulariser); ``state`` holds what the layers left there."""
+        return {}, {}
+
+    @classmethod
+    def max_positions(cls, config) -> int | None:
+        """A hard length limit of the variant (RAN's Lmax), or None; generation is capped to it."""
+        return None
+
+    # ---- the one forward path ----------------------------------------------------------------------------------
     @property
     def attn_dropout(self) -> float:
         return self.dropout if self.training else 0.0
 
     def project(self, hidden_states, key_value_states=None, past_key_values=None):
-        """q/k/v projections with the K/V cache, exactly as `MarianAttention.forward` does them."""
-        is_cross = key_value_states is not None
-        bsz, tgt_len = hidden_states.shape[:2]
-        q = self.q_proj(hidden_states).view(bsz, tgt_len, -1, self.head_dim).transpose(1, 2)
-        cache, is_updated = None, False
-        if past_key_values is not None:
-            if isinstance(past_key_values, EncoderDecoderCache):
-                is_updated = past_key_values.is_updated.get(self.layer_idx)
-                cache = past_key_values.cross_attention_cache if is_cross else past_key_values.self_attention_cache
-            else:
-                cache = past_key_values
-        current = key_value_states if is_cross else hidden_states
-        if is_cross and cache is not None and is_updated:
-            k, v = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
-        else:
-            shape = (*current.shape[:-1], -1, self.head_dim)
-            k = self.k_proj(current).view(shape).transpose(1, 2)
-            v = self.v_proj(current).view(shape).transpose(1, 2)
-            if cache is not None:
-                k, v = cache.update(k, v, self.layer_idx)
-                if is_cross and isinstance(past_key_values, EncoderDecoderCache):
-                    past_key_values.is_updated[self.layer_idx] = True
+        """(q or None, k or None, v), with the K/V cache (`project_with_cache`)."""
+        k, v = project_with_cache(self, hidden_states, key_value_states, past_key_values, keys=self.uses_keys)
+        if not self.uses_keys:
+            return None, None, v
+        q = self.q_proj(hidden_states).view(*hidden_states.shape[:-1], -1, self.head_dim).transpose(1, 2)
         return q, k, v
 
     def keep_mask(self, attention_mask, q_len, k_len, device):
         return keep_from_mask(attention_mask, q_len, k_len, device, self.is_causal and self.site == "decoder")
 
     def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values = HfAttnCache.wrap(past_key_values)
         q, k, v = self.project(hidden_states, key_value_states, past_key_values)
-        keep = self.keep_mask(attention_mask, q.shape[2], k.shape[2], q.device)
-        ctx, weights = self.attend(q, k, v, keep, output_attentions=bool(kwargs.get("output_attentions")))
-        o = ctx.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
+        tgt_len, src_len = hidden_states.shape[1], v.shape[2]
+        keep = self.keep_mask(attention_mask, tgt_len, src_len, v.device)
+        ctx = AttentionContext(
+            hidden_states=hidden_states,
+            key_value_states=key_value_states,
+            past=query_offset(past_key_values, key_value_states is not None, self.layer_idx, tgt_len, src_len),
+            cache=past_key_values if isinstance(past_key_values, HfAttnCache) else None,
+            output_attentions=bool(kwargs.get("output_attentions")),
+            state=kwargs.get(FORWARD_STATE_KWARG),
+        )
+        out, weights = self.attend(q, k, v, keep, ctx)
+        o = out.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
         return self.out_proj(self.post_merge(o)), weights
 
     def extra_repr(self) -> str:

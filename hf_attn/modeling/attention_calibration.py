@@ -69,13 +69,21 @@ saliency map (small m = decisive source token): ``hf_attn.analysis.calibration``
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Preset, VariantAttention, float32_autocast_off, nonempty, source_padding
+from .attention_base import (
+    FORWARD_STATE_KWARG,
+    ForwardState,
+    HfAttnConfigError,
+    Preset,
+    VariantAttention,
+    float32_autocast_off,
+    nonempty,
+    source_padding,
+    weighted_values,
+)
 
 CALIBRATION_PAPER = (
     "Lu, Zeng, Zhang, Wu & Li 2021, Attention Calibration for Transformer in Neural Machine Translation (ACL)"
@@ -181,11 +189,6 @@ class CalibratedAttention(VariantAttention):
                 self.calibration_gate = nn.Linear(dh, 1)
         if self.fusion == "anneal":  # Eq. 9: the optimiser step, saved with the weights (int64: exact, never cast)
             self.register_buffer("calibration_step", torch.zeros((), dtype=torch.long), persistent=True)
-        self.calibration_mode = "calibrated"  # "perturbed" during the perturbed pass (set by `perturbed_pass`)
-        self.calibration_record = False  # True (hf_attn.analysis.calibration): keep the last maps
-        self.calibration_last = None
-        self._calibration_stats = None  # per-forward statistics for the model-level objective
-        self._phi_key_cache = None  # (encoder states, k') during cached decoding
 
     def init_variant_weights(self, init):
         """phi: xavier-uniform with gain 1/sqrt(2), zero biases (fairseq MultiheadAttention); gate: U(+-1/sqrt(dh)),
@@ -219,24 +222,17 @@ class CalibratedAttention(VariantAttention):
         return torch.exp(-self.calibration_step.float() / self.anneal_steps)
 
     # ---- forward ----------------------------------------------------------------------------------------------
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
-        q, k, v = self.project(hidden_states, key_value_states, past_key_values)
-        keep = self.keep_mask(attention_mask, q.shape[2], k.shape[2], q.device)
-        weights = self.calibrated_weights(q, k, keep, hidden_states, key_value_states, past_key_values is not None)
-        weights = weights.to(v.dtype)
-        ctx = torch.matmul(F.dropout(weights, p=self.attn_dropout, training=self.training), v)
-        o = ctx.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
-        return self.out_proj(o), (weights if kwargs.get("output_attentions") else None)
+    def attend(self, q, k, v, keep, ctx):
+        weights = self.calibrated_weights(q, k, keep, ctx)
+        return weighted_values(weights, v, self.attn_dropout, self.training, ctx.output_attentions)
 
-    def attend(self, q, k, v, keep, output_attentions=False):  # pragma: no cover - forward needs the states
-        raise NotImplementedError("CalibratedAttention reads the layer's input states: call the module itself")
-
-    def perturbation_mask(self, x, enc, real, view: str, cached: bool = False) -> torch.Tensor:
+    def perturbation_mask(self, x, enc, real, view: str, ctx=None) -> torch.Tensor:
         """m = sigmoid(q' k'^T / sqrt(dh)) (Eq. 4), float32 [B,H,T,S], exactly 0 on padding.
 
         view "nmt": detached W_q, W_k on the live states (L_nmt reaches theta through m, never phi);
         view "phi": live W_q, W_k on detached states (the penalty reaches phi only);
         view "live": both live (perturbed pass, whose theta parameters are already detached; inference).
+        During cached decoding (``ctx`` with a cache, no autograd) k' is computed once and kept in the cache.
         """
         wq, bq = self.perturb_q_proj.weight, self.perturb_q_proj.bias
         wk, bk = self.perturb_k_proj.weight, self.perturb_k_proj.bias
@@ -246,44 +242,42 @@ class CalibratedAttention(VariantAttention):
             x, enc = _cut(x), _cut(enc)
         bsz, tgt = x.shape[:2]
         qp = F.linear(x.float(), wq.float(), bq.float()).view(bsz, tgt, -1, self.head_dim).transpose(1, 2)
-        kp = None
-        if cached and not torch.is_grad_enabled() and self._phi_key_cache is not None:
-            src, kp_cached = self._phi_key_cache
-            if src is enc:  # same encoder output as the previous decoding step: reuse k'
-                kp = kp_cached
+        cached = ctx is not None and ctx.cached and not torch.is_grad_enabled()
+        name = f"calibration_keys.{self.layer_idx}"
+        kp = ctx.cache.get_state(name) if cached and ctx.past > 0 else None
         if kp is None:
             kp = F.linear(enc.float(), wk.float(), bk.float()).view(enc.shape[0], enc.shape[1], -1, self.head_dim)
             kp = kp.transpose(1, 2)
-            self._phi_key_cache = (enc, kp) if cached and not torch.is_grad_enabled() else None
+            if cached:
+                ctx.cache.set_state(name, kp)
         scores = torch.matmul(qp * self.scaling, kp.transpose(-1, -2))
         return torch.sigmoid(scores) * real
 
-    def calibrated_weights(self, q, k, keep, x, enc, cached=False) -> torch.Tensor:
+    def calibrated_weights(self, q, k, keep, ctx) -> torch.Tensor:
         """The weights this layer attends with: fused (calibrated pass, inference) or a_p (perturbed pass)."""
-        record = {}
+        x, enc, state = ctx.hidden_states, ctx.key_value_states, ctx.state
         with float32_autocast_off(q):
             real = source_padding(keep)  # [B|1, 1, 1, S]
             scores = torch.matmul(q.float() * self.scaling, k.float().transpose(-1, -2))
             scores = scores.masked_fill(~nonempty(keep), torch.finfo(scores.dtype).min)
             a = torch.softmax(scores, dim=-1)  # Eq. 1
-            if self.calibration_mode == "perturbed":
+            if state is not None and state.mode == "perturbed":
                 m = self.perturbation_mask(x, enc, real, "live")
                 mu0 = real / real.sum(-1, keepdim=True).clamp(min=1)  # uniform over the real tokens only
                 w = m * a + (1 - m) * mu0  # Eq. 3
-                record.update(perturbed=w, perturbed_mask=m, perturbed_attention=a)
-            else:
-                training = self.training and torch.is_grad_enabled()
-                m = self.perturbation_mask(x, enc, real, "nmt" if training else "live", cached=cached)
-                a_c = a * torch.exp(1 - m)  # Eq. 7
-                w, g = self.fuse(a, a_c, q, keep)
-                record.update(attention=a, mask=m, calibrated=a_c, combined=w)
-                if g is not None:
-                    record["gate"] = g.squeeze(-1)
+                state.record(self.site, self.layer_idx, {"perturbed": w, "perturbed_mask": m, "perturbed_attention": a})
+                return w
+            training = self.training and torch.is_grad_enabled()
+            m = self.perturbation_mask(x, enc, real, "nmt" if training else "live", ctx)
+            a_c = a * torch.exp(1 - m)  # Eq. 7
+            w, g = self.fuse(a, a_c, q, keep)
+            if state is not None:
+                maps = {"attention": a, "mask": m, "calibrated": a_c, "combined": w}
+                state.record(self.site, self.layer_idx, {**maps, "gate": None if g is None else g.squeeze(-1)})
                 if training:
-                    self._record_statistics(x, enc, real, m, g)
-        if self.calibration_record:
-            last = self.calibration_last if self.calibration_mode == "perturbed" and self.calibration_last else {}
-            self.calibration_last = {**last, **{n: t.detach() for n, t in record.items()}}
+                    state.layer_stats[(self.variant, self.site, self.layer_idx)] = self._statistics(x, enc, real, m, g)
+                    if self.fusion == "anneal":
+                        state.log("calibration_anneal_ratio", self.anneal_ratio())
         return w
 
     def fuse(self, a, a_c, q, keep):
@@ -305,20 +299,15 @@ class CalibratedAttention(VariantAttention):
         g = torch.sigmoid(logit)  # Eq. 10, [B, H, T, 1]
         return g * a + (1 - g) * a_c, g
 
-    def _record_statistics(self, x, enc, real, m_nmt, g):
-        """Per target position sums for the model-level objective: penalty (phi view), mean mask, gate, anneal."""
+    def _statistics(self, x, enc, real, m_nmt, g) -> dict:
+        """Per target position sums for the model-level objective: penalty (phi view), mean mask, gate."""
         m_phi = self.perturbation_mask(x, enc, real, "phi")
         sq = ((1 - m_phi).square() * real).sum(dim=(1, 3))  # [B, T]  (Eq. 6 over heads and real sources)
         n = (real.sum(dim=(1, 3)) * self.num_heads).expand_as(sq)  # [B, T] entries per target position
         stats = {"penalty_sq": sq, "count": n, "mask_sum": (m_nmt.detach() * real).sum(dim=(1, 3))}
         if g is not None:
             stats["gate_sum"] = g.detach().squeeze(-1).sum(1)  # [B, T]
-        if self.fusion == "anneal" and getattr(self, "aux_logs", None) is not None:
-            self.aux_logs["calibration_anneal_ratio"] = self.anneal_ratio().detach()
-        self._calibration_stats = stats
-
-    def reorder_state(self, beam_idx):
-        """Beam search: k' depends only on the (unreordered) encoder states; nothing to reorder."""
+        return stats
 
     def extra_repr(self) -> str:
         extra = {"fixed": f", lambda={self.calibration_lambda}", "fixed_softmax": f", lambda={self.calibration_lambda}"}
@@ -326,13 +315,10 @@ class CalibratedAttention(VariantAttention):
 
     # ---- the model-level objective ------------------------------------------------------------------------------
     @classmethod
-    def model_losses(cls, model, out, inputs):
+    def model_losses(cls, model, out, inputs, state):
         """({"calibration": L_phi - L_phi.detach()}, logs) while training; nothing otherwise (see the docstring)."""
-        modules = calibrated_modules(model)
-        stats = [m._calibration_stats for m in modules]
-        for m in modules:
-            m._calibration_stats = None
-        if not (model.training and torch.is_grad_enabled()) or any(s is None for s in stats):
+        stats = [st for key, st in state.layer_stats.items() if key[0] == cls.variant]
+        if not (model.training and torch.is_grad_enabled()) or not stats:
             return {}, {}
         targets = objective_targets(model, inputs)
         if targets is None:
@@ -352,7 +338,7 @@ class CalibratedAttention(VariantAttention):
         logs["translation_loss"] = F.cross_entropy(
             logits.detach().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
         )
-        smoothed, nll = perturbed_pass(model, out, inputs, targets, model.config.calibration_label_smoothing)
+        smoothed, nll = perturbed_pass(model, out, inputs, targets, model.config.calibration_label_smoothing, state)
         logs["perturbed_loss"] = nll.detach()
         objective = -smoothed + model.config.calibration_alpha * penalty  # Eq. 5
         logs["perturbation_objective"] = objective.detach()
@@ -384,19 +370,7 @@ def objective_targets(model, inputs) -> torch.Tensor | None:
     return targets
 
 
-@contextmanager
-def calibration_mode(modules, mode: str):
-    before = [m.calibration_mode for m in modules]
-    for m in modules:
-        m.calibration_mode = mode
-    try:
-        yield
-    finally:
-        for m, b in zip(modules, before):
-            m.calibration_mode = b
-
-
-def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0):
+def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, state: ForwardState | None = None):
     """CE_p of the perturbed pass: (label-smoothed mean, plain mean NLL) over the real target tokens.
 
     Decoder and output layer run with detached theta parameters on the detached encoder output; only phi (W_q,
@@ -416,9 +390,10 @@ def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0):
         "encoder_attention_mask": inputs.get("attention_mask"),
         "use_cache": False,
         "return_dict": True,
+        # every calibrated layer uses a_p in this pass; its maps join the caller's details
+        FORWARD_STATE_KWARG: ForwardState(details=state.details if state is not None else None, mode="perturbed"),
     }
-    with calibration_mode(modules, "perturbed"):
-        hidden = torch.func.functional_call(decoder, params, (), kwargs).last_hidden_state
+    hidden = torch.func.functional_call(decoder, params, (), kwargs).last_hidden_state
     head = model.get_output_embeddings()
     logits = F.linear(hidden, _cut(head.weight), None if head.bias is None else _cut(head.bias))
     if getattr(model, "final_logits_bias", None) is not None:

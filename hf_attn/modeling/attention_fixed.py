@@ -26,13 +26,12 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Preset, float32_autocast_off, nonempty, source_padding
+from .attention_base import HfAttnConfigError, Preset, float32_autocast_off, nonempty, source_padding, weighted_values
 from .attention_positional import (
     PositionalAttention,
     check_length,
     check_right_padding,
     positional_softmax,
-    weighted_values,
 )
 from .attention_ran import RAN_PAPER
 
@@ -107,15 +106,15 @@ class HardGaussianAttention(PositionalAttention):
         if not isinstance(config.hard_gaussian_normalize, bool):
             raise HfAttnConfigError(f"hard_gaussian_normalize={config.hard_gaussian_normalize!r} must be true or false")
 
-    def setup_positional(self, config):
+    def setup(self, config):
         self.std = float(config.hard_gaussian_std)
         offsets = list(getattr(config, f"hard_gaussian_{self.site}_offsets"))
         self.offsets = [float(offsets[h % len(offsets)]) for h in range(self.num_heads)]
         self.length_ratio = float(config.hard_gaussian_length_ratio)
         self.normalize = config.hard_gaussian_normalize
 
-    def positional_attend(self, v, keep, past, output_attentions):
-        tgt_len, src_len = keep.shape[-2], v.shape[2]
+    def attend(self, q, k, v, keep, ctx):
+        tgt_len, src_len, past, output_attentions = keep.shape[-2], v.shape[2], ctx.past, ctx.output_attentions
         with float32_autocast_off(v):
             offsets = torch.tensor(self.offsets, device=v.device)[None, :, None, None]  # [1, H, 1, 1]
             if self.site == "decoder":  # absolute target positions; the query row is past + t
@@ -182,7 +181,7 @@ class SynthesizerAttention(PositionalAttention):
             return config.synthesizer_max_positions
         return None
 
-    def setup_positional(self, config):
+    def setup(self, config):
         self.max_len = config.synthesizer_max_positions
         self.init_kind = config.synthesizer_init
         self.synthesizer_logits = nn.Parameter(torch.empty(self.num_heads, self.max_len, self.max_len))  # R
@@ -199,8 +198,8 @@ class SynthesizerAttention(PositionalAttention):
         check_length(length, self.max_len, self.variant, "synthesizer_max_positions")
         return self.synthesizer_logits.detach()[:, :length, :length].float().clone()
 
-    def positional_attend(self, v, keep, past, output_attentions):
-        tgt_len, src_len = keep.shape[-2], v.shape[2]
+    def attend(self, q, k, v, keep, ctx):
+        tgt_len, src_len, past, output_attentions = keep.shape[-2], v.shape[2], ctx.past, ctx.output_attentions
         check_length(max(src_len, past + tgt_len), self.max_len, self.variant, "synthesizer_max_positions")
         if past == 0:  # once per input (never per cached decoding step: no device sync)
             check_right_padding(keep, self.variant, self.site)

@@ -32,9 +32,16 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.cache_utils import EncoderDecoderCache
 
-from .attention_base import HfAttnConfigError, Preset, VariantAttention, float32_autocast_off, nonempty, source_padding
+from .attention_base import (
+    HfAttnConfigError,
+    Preset,
+    VariantAttention,
+    float32_autocast_off,
+    nonempty,
+    source_padding,
+    weighted_values,
+)
 
 GMM_PAPER = (
     "Zhang & Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian "
@@ -220,9 +227,6 @@ class GmmAttention(VariantAttention):
             self.gmm_ffns = tuple(outs)
         if self.fusion == "gmm_only":  # no dot-product attention: k_proj would get no gradient
             self.k_proj.requires_grad_(False)
-        self._gmm_state = None  # synthesis: mu of the last target position, during cached decoding
-        self.gmm_record = False  # set True (hf_attn.analysis.gmm.record_gmm) to keep the last mixture
-        self.gmm_last = None
 
     def init_variant_weights(self, init):
         """Xavier-uniform FFN weights, zero biases: at start g = 0.5, mu = J/2 (synthesis: steps of 1 position)."""
@@ -233,22 +237,8 @@ class GmmAttention(VariantAttention):
                 init.zeros_(lin.bias)
 
     # ---- forward ----------------------------------------------------------------------------------------------
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
-        q, k, v = self.project(hidden_states, key_value_states, past_key_values)
-        keep = self.keep_mask(attention_mask, q.shape[2], k.shape[2], q.device)
-        past = None
-        if isinstance(past_key_values, EncoderDecoderCache):  # target tokens before this call (its own cache)
-            past = past_key_values.self_attention_cache.get_seq_length(self.layer_idx) - q.shape[2]
-        ctx, weights = self.gmm_attend(q, k, v, keep, past, output_attentions=bool(kwargs.get("output_attentions")))
-        o = ctx.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
-        return self.out_proj(o), weights
-
-    def attend(self, q, k, v, keep, output_attentions=False):
-        """Without a cache: ``q`` holds the whole target prefix from position 0."""
-        return self.gmm_attend(q, k, v, keep, None, output_attentions)
-
-    def gmm_attend(self, q, k, v, keep, past=None, output_attentions=False):
-        """gamma = fuse(alpha, beta) (Eq. 13); returns (gamma V, gamma or None). ``past``: cached target length."""
+    def attend(self, q, k, v, keep, ctx):
+        """gamma = fuse(alpha, beta) (Eq. 13); returns (gamma V (Eq. 15), gamma or None)."""
         with float32_autocast_off(q):
             q32 = q.float()
             alpha = None
@@ -259,23 +249,20 @@ class GmmAttention(VariantAttention):
             else:
                 raw = self.ffn_outputs(q32)
                 real = source_padding(keep)  # [B|1, 1, 1, S]
-                beta, params = self.mixture_attention(raw, real, past)
+                beta, params = self.mixture_attention(raw, real, ctx)
                 if self.fusion == "gate":
                     g = torch.sigmoid(raw["gate"])  # Eq. 14, [B, H, T, 1]
                     gamma = (1 - g) * alpha + g * beta  # Eq. 13
                     params["gate"] = g.squeeze(-1)
-                    if getattr(self, "aux_logs", None) is not None:
-                        self.aux_logs[f"gmm_gate_layer{self.layer_idx}"] = g.detach().mean()
+                    if ctx.state is not None:
+                        ctx.state.log(f"gmm_gate_layer{self.layer_idx}", g.mean())
                 elif self.fusion == "average":
                     gamma = 0.5 * (alpha + beta)
                 else:
                     gamma = beta
-        if self.gmm_record:
-            self.gmm_last = {"alpha": alpha, "beta": beta, "gamma": gamma, **params}
-            self.gmm_last = {n: t.detach() for n, t in self.gmm_last.items() if t is not None}
-        weights = gamma.to(v.dtype)
-        ctx = torch.matmul(F.dropout(weights, p=self.attn_dropout, training=self.training), v)  # Eq. 15
-        return ctx, (weights if output_attentions else None)
+        if ctx.state is not None:
+            ctx.state.record(self.site, self.layer_idx, {"alpha": alpha, "beta": beta, "gamma": gamma, **params})
+        return weighted_values(gamma, v, self.attn_dropout, self.training, ctx.output_attentions)
 
     def dot_product(self, q, k, keep):
         """alpha = softmax(q k^T / sqrt(dh)) over the real source tokens (Eq. 1-2), float32."""
@@ -291,12 +278,12 @@ class GmmAttention(VariantAttention):
         hidden = torch.tanh(F.linear(q, w, b)).split(self.head_dim, dim=-1)
         return {n: F.linear(h, f.out.weight.float(), f.out.bias.float()) for n, h, f in zip(self.gmm_ffns, hidden, ffns)}
 
-    def mixture_attention(self, raw, real, past):
+    def mixture_attention(self, raw, real, ctx):
         """beta [B,H,T,S] (Eq. 6, or its Table 1 variants) and the mixture parameters {weights, mu, sigma, J}."""
         real_f = real.float()
         length = real_f.sum(-1, keepdim=True)  # J, [B|1, 1, 1, 1]
         pos = real_f.cumsum(-1) - 1  # 0-based position among the real tokens (skips left padding)
-        log_w, log_z, mu, precision, sigma = self.mixture_parameters(raw, length, past)
+        log_w, log_z, mu, precision, sigma = self.mixture_parameters(raw, length, ctx)
         # log of each component at each source position: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2)
         log_coef = log_w - log_z
         logits = log_coef[..., None] - precision[..., None] * (pos[..., None, :] - mu[..., None]).square()
@@ -309,13 +296,13 @@ class GmmAttention(VariantAttention):
         params = {"weights": log_w.exp(), "mu": mu, "sigma": sigma, "source_length": length.flatten()}
         return beta, params
 
-    def mixture_parameters(self, raw, length, past):
+    def mixture_parameters(self, raw, length, ctx):
         """(log w, log Z, mu, 1/(2 sigma^2), sigma), each [B,H,T,K] (log Z may broadcast), per Table 1, Eq. 10-12."""
         k, sigma_min = self.num_components, self.sigma_min
         shape = (*raw["mean"].shape[:-1], k)
         if self.normalization == "synthesis":  # Graves 2013 (Table 1): Z = 1
             log_w = raw["weight"].clamp(max=SYNTHESIS_MAX_LOG_WEIGHT - math.log(k)).expand(shape)  # w = exp(w_hat)
-            mu = self.synthesis_means(raw["mean"].clamp(max=SYNTHESIS_MAX_LOG_STEP).exp().expand(shape), past)
+            mu = self.synthesis_means(raw["mean"].clamp(max=SYNTHESIS_MAX_LOG_STEP).exp().expand(shape), ctx)
             # sigma = sqrt(exp(-sigma_hat) / 2)  <=>  1/(2 sigma^2) = exp(sigma_hat) ; sigma >= sigma_min
             precision = raw["sigma"].clamp(max=-math.log(2 * sigma_min**2)).exp().expand(shape)
             sigma = torch.rsqrt(2 * precision.clamp(min=1e-30))
@@ -334,30 +321,28 @@ class GmmAttention(VariantAttention):
         return log_w, log_z, mu, 0.5 / sigma.square(), sigma
 
     # ---- synthesis network: state over target positions -----------------------------------------------------------
-    def synthesis_means(self, steps, past):
-        """mu_i = mu_{i-1} + exp(mu_hat_i), mu_{-1} = 0 (Table 1). ``past``: cached target length (None: no cache).
+    def synthesis_means(self, steps, ctx):
+        """mu_i = mu_{i-1} + exp(mu_hat_i), mu_{-1} = 0 (Table 1): recurrent over target positions.
 
-        With a cache, the last mu is kept on the module for the next step; it resets when the cache is empty and
-        follows the hypotheses through `reorder_state` in beam search.
-        """
+        During cached decoding the centres so far are decoding state, kept in the cache (`HfAttnCache`), which
+        reorders them with the hypotheses in beam search and crops them with the keys and values."""
         mu = steps.cumsum(dim=2)
-        if past is None:
+        if ctx.cache is None:
             return mu
-        if past > 0:
-            state = self._gmm_state
-            if state is None or state.shape[0] != mu.shape[0]:
+        name = f"gmm_synthesis_mu.{self.layer_idx}"
+        history = ctx.cache.get_state(name) if ctx.past > 0 else None
+        if ctx.past > 0:
+            if history is None or history.shape[0] != mu.shape[0] or history.shape[2] != ctx.past:
                 raise RuntimeError(
                     "gmm synthesis: a cached decoding step arrived without the matching state (the cache was built "
                     "by another call or the batch changed); start decoding from an empty cache or use use_cache=False"
                 )
-            mu = mu + state
-        self._gmm_state = mu[:, :, -1:]
+            mu = mu + history[:, :, -1:]
+            mu_all = torch.cat([history, mu], dim=2)
+        else:
+            mu_all = mu
+        ctx.cache.set_state(name, mu_all, target_dim=2)
         return mu
-
-    def reorder_state(self, beam_idx):
-        """Beam search: keep the state of the surviving hypotheses."""
-        if self._gmm_state is not None:
-            self._gmm_state = self._gmm_state.index_select(0, beam_idx.to(self._gmm_state.device))
 
     def extra_repr(self) -> str:
         return (

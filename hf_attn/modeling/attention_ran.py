@@ -287,11 +287,21 @@ class RecurrentAttention(PositionalAttention):
             return config.ran_max_positions
         return None
 
-    def setup_positional(self, config):
+    def setup(self, config):
         self.max_len = config.ran_max_positions
         p = config.ran_attention_dropout
         self.ran_dropout = float(config.attention_dropout if p is None else p)
         self.ran_step = None
+
+    def init_variant_weights(self, init) -> None:
+        """The stack's A_0 and Rec, initialised through its first layer (the stack is not a variant module)."""
+        if self.ran_step == 0:
+            self.ran_stack.init_variant_weights(init)
+            self.ran_stack.transition.init_variant_weights(init)
+
+    def freeze_fixed_weights(self) -> None:
+        if self.ran_step == 0:
+            self.ran_stack.freeze_fixed_weights()
 
     def bind_stack(self, stack: RanStack, step: int) -> None:
         """Reference the stack without registering it as a submodule (it has one owner: the stack module)."""
@@ -310,8 +320,8 @@ class RecurrentAttention(PositionalAttention):
         """This layer's learned logits A_l, detached float32 ``[H, length, length]`` (default Lmax)."""
         return self.ran_stack.matrices(length)[self.ran_step]
 
-    def positional_attend(self, v, keep, past, output_attentions):
-        tgt_len, src_len = keep.shape[-2], v.shape[2]
+    def attend(self, q, k, v, keep, ctx):
+        tgt_len, src_len, past, output_attentions = keep.shape[-2], v.shape[2], ctx.past, ctx.output_attentions
         check_length(max(src_len, past + tgt_len), self.max_len, self.variant, "ran_max_positions")
         if past == 0 and self.ran_step == 0:  # once per stack and input (never per decoding step: no sync)
             check_right_padding(keep, self.variant, self.site)

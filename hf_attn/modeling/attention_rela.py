@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Preset, VariantAttention, all_sites, float32_autocast_off
+from .attention_base import HfAttnConfigError, Preset, VariantAttention, all_sites, float32_autocast_off, weighted_values
 
 ACTIVATIONS = ("relu", "gelu", "leaky_relu")
 NORMS = ("rmsnorm", "layernorm", "none")
@@ -148,11 +148,10 @@ class RelaAttention(VariantAttention):
             return F.gelu(scores)
         return F.leaky_relu(scores, self.leaky_slope)
 
-    def attend(self, q, k, v, keep, output_attentions=False):
+    def attend(self, q, k, v, keep, ctx):
         scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
         weights = self.activate(scores) * keep  # Eq. 3, multiplicative 0/1 mask
-        ctx = torch.matmul(F.dropout(weights, p=self.attn_dropout, training=self.training), v)
-        return ctx, weights
+        return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=True)
 
     def post_merge(self, o):
         if self.norm == "none":

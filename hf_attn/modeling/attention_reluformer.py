@@ -150,17 +150,17 @@ class ReluFormerAttention(VariantAttention):
         self.eps = float(config.reluformer_eps)
         self.entropy_bound = float(config.reluformer_entropy_bound)
         self.query_chunk = int(config.reluformer_query_chunk)
-        self.reluformer_stats = None
 
     # ---- forward ----------------------------------------------------------------------------------------------
     def _kwargs(self) -> dict:
         return dict(scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
                     eps=self.eps, entropy_bound=self.entropy_bound)
 
-    def attend(self, q, k, v, keep, output_attentions=False):
+    def attend(self, q, k, v, keep, ctx):
+        output_attentions = ctx.output_attentions
         t, chunk = q.shape[2], self.query_chunk
         if chunk <= 0 or t <= chunk:
-            ctx, weights, stats = reluformer_attention(q, k, v, keep, need_weights=output_attentions, **self._kwargs())
+            out, weights, stats = reluformer_attention(q, k, v, keep, need_weights=output_attentions, **self._kwargs())
         else:  # long inputs: one chunk of queries at a time, checkpointed when autograd records
             use_ckpt = torch.is_grad_enabled() and not output_attentions and any(x.requires_grad for x in (q, k, v))
             parts = []
@@ -170,35 +170,25 @@ class ReluFormerAttention(VariantAttention):
                     parts.append(checkpoint(self._chunk, qc, k, v, kc, use_reentrant=False))
                 else:
                     parts.append(reluformer_attention(qc, k, v, kc, need_weights=output_attentions, **self._kwargs()))
-            ctx = torch.cat([p[0] for p in parts], dim=2)
+            out = torch.cat([p[0] for p in parts], dim=2)
             weights = torch.cat([p[1] for p in parts], dim=2) if output_attentions else None
             stats = {key: torch.cat([p[2][key] for p in parts], dim=-1) for key in parts[0][2]}
-        self.reluformer_stats = stats
-        return ctx, weights
+        if ctx.state is not None:  # per-row statistics for L_reg (`model_losses`)
+            ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = stats
+        return out, weights
 
     def _chunk(self, q, k, v, keep):
         return reluformer_attention(q, k, v, keep, **self._kwargs())
 
     # ---- model-level hooks --------------------------------------------------------------------------------------
-    @classmethod
-    def attach(cls, model):
-        """Forget the statistics of the previous forward pass at the start of each one (e.g. a generate step)."""
-
-        def reset(module, args):
-            for m in module.attention_modules():
-                if hasattr(m, "reluformer_stats"):
-                    m.reluformer_stats = None
-
-        model.register_forward_pre_hook(reset)
-
     @staticmethod
     def query_validity(model, inputs) -> dict:
         """Which queries are real, per site: ``{"encoder": [B,S] | None, "decoder"/"cross": [B,T] | None}``.
 
         Source: ``attention_mask``. Target: ``decoder_attention_mask`` if given, else the decoder input ids (built
         from ``labels`` as the model does) that are not padding, the first position (the start token, which may
-        equal pad in Marian) always real. The same with and without labels, so label smoothing (which hands the
-        model ``decoder_input_ids`` instead of ``labels``) leaves L_reg unchanged.
+        equal pad in Marian) always real. The same whether the targets come as ``labels`` or as
+        ``decoder_input_ids``, so L_reg does not depend on how the training loop hands them over.
         """
         src = inputs.get("attention_mask")
         src = src.bool() if src is not None else None
@@ -216,17 +206,16 @@ class ReluFormerAttention(VariantAttention):
         return {"encoder": src, "decoder": tgt, "cross": tgt}
 
     @classmethod
-    def model_losses(cls, model, out, inputs):
+    def model_losses(cls, model, out, inputs, state):
         """L_reg averaged over valid queries and heads per layer, then over layers; weighted into the loss."""
-        modules = [m for m in model.attention_modules() if getattr(m, "reluformer_stats", None) is not None]
-        if not modules:
+        layers = [(key[1], st) for key, st in state.layer_stats.items() if key[0] == cls.variant]
+        if not layers:
             return {}, {}
         valid = cls.query_validity(model, inputs)
         per_layer = {key: [] for key in ("norm", "margin", "entropy", "row_sum")}
-        for m in modules:
-            st, m.reluformer_stats = m.reluformer_stats, None
+        for site, st in layers:
             rows = st["rows"].expand_as(st["norm"])
-            qv = valid.get(m.site)
+            qv = valid.get(site)
             if qv is not None and qv.shape == (rows.shape[0], rows.shape[2]):
                 rows = rows & qv.to(rows.device)[:, None, :]
             count = rows.sum().clamp(min=1)

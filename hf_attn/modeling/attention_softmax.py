@@ -7,9 +7,16 @@ replace softmax, as in Zhang, Titov & Sennrich 2021 (ReLA paper, Table 1 rows 2-
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from .attention_base import Preset, VariantAttention, all_sites, float32_autocast_off, nonempty, softmax_attention
+from .attention_base import (
+    Preset,
+    VariantAttention,
+    all_sites,
+    float32_autocast_off,
+    nonempty,
+    softmax_attention,
+    weighted_values,
+)
 
 try:  # optional extra: pip install entmax
     from entmax import entmax15, sparsemax
@@ -36,8 +43,8 @@ class SoftmaxAttention(VariantAttention):
         ),
     )
 
-    def attend(self, q, k, v, keep, output_attentions=False):
-        return softmax_attention(q, k, v, keep, self.scaling, self.attn_dropout, output_attentions)
+    def attend(self, q, k, v, keep, ctx):
+        return softmax_attention(q, k, v, keep, self.scaling, self.attn_dropout, ctx.output_attentions)
 
 
 def require_entmax(variant: str):
@@ -58,15 +65,13 @@ class _EntmaxFamilyAttention(VariantAttention):
     def setup(self, config):
         require_entmax(self.variant)
 
-    def attend(self, q, k, v, keep, output_attentions=False):
+    def attend(self, q, k, v, keep, ctx):
         keep = nonempty(keep)  # an all-masked row makes entmax index -1: never feed one
         with float32_autocast_off(q):
             scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.scaling
             scores = scores.masked_fill(~keep, MASKED_SCORE)
             weights = self.normaliser(scores) * keep
-        weights = weights.to(v.dtype)
-        ctx = torch.matmul(F.dropout(weights, p=self.attn_dropout, training=self.training), v)
-        return ctx, weights
+        return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=True)
 
 
 class SparsemaxAttention(_EntmaxFamilyAttention):

@@ -5,13 +5,9 @@ layer receives a boolean keep mask), then replaces ``layer.self_attn`` / ``layer
 with ``attention_class(MarianAttention | BartAttention, variant)``. The q/k/v/out parameter names are unchanged,
 so a vanilla checkpoint warm-starts every shared weight.
 
-Variant hooks the model calls (all optional, defined on the variant mixin):
-  ``attach(model)``            once after the swap (stack-level parameters, e.g. RAN's A0; one owner each)
-  ``model_losses(model, outputs, inputs)``   extra passes / losses at the model level (attention calibration)
-  module ``aux_losses`` / ``aux_logs``  dicts a module fills during forward (weighted losses, values to log)
-  module ``reorder_state(beam_idx)``   per-hypothesis state outside the KV cache (beam search)
-  module ``set_training_step(step)``   optimiser-step-driven schedules
-  ``max_positions(config)``   hard length limit (e.g. RAN's Lmax): generation is capped to it
+Every forward pass hands the layers one `ForwardState` (keyword ``hf_attn_state``) and wraps the cache in an
+`HfAttnCache`; afterwards each variant's `model_losses` hook turns what the layers left there into the output's
+``aux_loss`` / ``aux_logs``, and ``output_attention_details=True`` returns the variants' internal maps.
 """
 
 from __future__ import annotations
@@ -24,7 +20,16 @@ from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import BartAttention
 from transformers.models.marian.modeling_marian import MarianAttention
 
-from .attention_base import ATTN_IMPLEMENTATION, SITES, HfAttnConfigError, VariantAttention, attention_class
+from .attention_base import (
+    ATTN_IMPLEMENTATION,
+    FORWARD_STATE_KWARG,
+    SITES,
+    ForwardState,
+    HfAttnCache,
+    HfAttnConfigError,
+    VariantAttention,
+    attention_class,
+)
 from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
 from .registry import ATTENTION_VARIANTS
 
@@ -32,10 +37,12 @@ from .registry import ATTENTION_VARIANTS
 @dataclass
 class HfAttnSeq2SeqLMOutput(Seq2SeqLMOutput):
     """`Seq2SeqLMOutput` plus the variants' auxiliary loss (already weighted; included in ``loss`` when labels
-    are given) and scalars to log (``aux_logs``)."""
+    are given), scalars to log (``aux_logs``) and, with ``output_attention_details=True``, the variants' internal
+    maps per layer (``attention_details``: ``{"cross.2": {"alpha": ..., "beta": ..., "gate": ...}, ...}``)."""
 
     aux_loss: torch.FloatTensor | None = None
     aux_logs: dict | None = None
+    attention_details: dict | None = None
 
 
 class HfAttnModelMixin:
@@ -77,8 +84,7 @@ class HfAttnModelMixin:
             )
             setattr(layer, attr, new)
         for cls in self.variant_classes():
-            if hasattr(cls, "attach"):
-                cls.attach(self)
+            cls.attach(self)
 
     def variant_classes(self) -> list[type]:
         """The variant mixins used by this model, in registry order."""
@@ -103,11 +109,10 @@ class HfAttnModelMixin:
         so Marian's sinusoidal position table (and a variant's frozen tensors, via the module hook
         ``freeze_fixed_weights``) would silently start learning when a saved model is fine-tuned or resumed."""
         for module in self.modules():
-            if module is self:
-                continue
             if type(module).__name__.endswith("SinusoidalPositionalEmbedding"):
                 module.weight.requires_grad_(False)
-            elif hasattr(module, "freeze_fixed_weights"):
+        for module in self.attention_modules():
+            if isinstance(module, VariantAttention):
                 module.freeze_fixed_weights()
 
     @torch.no_grad()
@@ -116,8 +121,8 @@ class HfAttnModelMixin:
         from transformers import initialization as init
 
         super().initialize_weights()
-        for module in self.modules():
-            if isinstance(module, VariantAttention) or hasattr(module, "init_variant_weights"):
+        for module in self.attention_modules():
+            if isinstance(module, VariantAttention):  # (the stock modules, before the swap in __init__)
                 module.init_variant_weights(init)
 
     # ---- forward ----------------------------------------------------------------------------------------------
@@ -133,11 +138,16 @@ class HfAttnModelMixin:
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        output_attention_details: bool = False,
         **kwargs,
     ) -> HfAttnSeq2SeqLMOutput:
-        modules = self.attention_modules()
-        for m in modules:
-            m.aux_losses, m.aux_logs = {}, {}
+        """The base model's forward; ``output_attention_details=True`` also returns the variants' internal maps."""
+        from transformers.cache_utils import EncoderDecoderCache
+
+        if isinstance(past_key_values, EncoderDecoderCache):  # decoding state lives in the cache
+            past_key_values = HfAttnCache.wrap(past_key_values)
+        state = ForwardState(details={} if output_attention_details else None)
+        return_dict = kwargs.pop("return_dict", None)
         inputs = dict(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -151,49 +161,43 @@ class HfAttnModelMixin:
             use_cache=use_cache,
             **kwargs,
         )
-        out = super().forward(**inputs)
-        if not isinstance(out, Seq2SeqLMOutput):  # return_dict=False
-            return out
-        aux_terms, logs = [], {}
-        for m in modules:
-            aux_terms += list(getattr(m, "aux_losses", {}).values())
-            for key, value in getattr(m, "aux_logs", {}).items():
-                logs.setdefault(key, []).append(value.detach().float())
-        for cls in self.variant_classes():
-            if hasattr(cls, "model_losses"):
-                losses, extra_logs = cls.model_losses(self, out, inputs)
-                aux_terms += list(losses.values())
-                for key, value in extra_logs.items():
-                    logs.setdefault(key, []).append(value.detach().float())
-        aux_loss = torch.stack([t.float() for t in aux_terms]).sum() if aux_terms else None
+        out = super().forward(**inputs, return_dict=True, **{FORWARD_STATE_KWARG: state})
+        aux_loss, aux_logs = self._model_losses(out, inputs, state)
         loss = out.loss
         if loss is not None and aux_loss is not None:
             loss = loss + aux_loss
-        return HfAttnSeq2SeqLMOutput(
+        result = HfAttnSeq2SeqLMOutput(
             loss=loss,
             aux_loss=aux_loss,
-            aux_logs={k: torch.stack(v).mean() for k, v in logs.items()} or None,
+            aux_logs=aux_logs,
+            attention_details=state.details,
             **{k: v for k, v in out.items() if k != "loss"},
         )
+        if return_dict is False or (return_dict is None and not self.config.return_dict):
+            return result.to_tuple()  # the loss (with the auxiliary loss) leads, as in stock transformers
+        return result
+
+    def _model_losses(self, out, inputs: dict, state: ForwardState):
+        """(aux_loss or None, aux_logs or None) from the layers' losses and each variant's `model_losses` hook."""
+        terms = [t for values in state.losses.values() for t in values]
+        for cls in self.variant_classes():
+            losses, logs = cls.model_losses(self, out, inputs, state)
+            terms += list(losses.values())
+            for key, value in logs.items():
+                state.log(key, value)
+        aux_loss = torch.stack([t.float() for t in terms]).sum() if terms else None
+        aux_logs = {k: torch.stack(v).mean() for k, v in state.logs.items()} or None
+        return aux_loss, aux_logs
 
     # ---- training / generation hooks ----------------------------------------------------------------------------
     def set_training_step(self, step: int) -> None:
         """Tell step-driven variants (attention calibration's anneal) the optimiser step."""
-        for m in self.modules():
-            if m is not self and hasattr(m, "set_training_step"):
-                m.set_training_step(step)
-
-    def _reorder_cache(self, past_key_values, beam_idx):
-        for m in self.modules():
-            if hasattr(m, "reorder_state"):
-                m.reorder_state(beam_idx)
-        if hasattr(past_key_values, "reorder_cache"):
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
+        for module in self.attention_modules():
+            module.set_training_step(step)
 
     def max_target_positions(self) -> int | None:
         """The longest target the variants can handle (None: no limit beyond the position embeddings)."""
-        limits = [cls.max_positions(self.config) for cls in self.variant_classes() if hasattr(cls, "max_positions")]
+        limits = [cls.max_positions(self.config) for cls in self.variant_classes()]
         limits = [x for x in limits if x is not None]
         return min(limits) if limits else None
 

@@ -6,7 +6,8 @@
   once: ``model_accepts_loss_kwargs`` is forced off, HF_NOTES trap 7).
 * ``outputs.aux_logs`` (e.g. ``reg_loss``, ``mean_mask``) are averaged over the logging interval and logged
   beside ``loss``; the number of target tokens trained on is counted for tokens/s.
-* Models with ``set_training_step(step)`` (attention calibration) get the optimiser step before each step.
+* `TrainingStepCallback` (added automatically; add it to a stock ``Seq2SeqTrainer`` yourself) tells the model the
+  optimiser step before each step (``model.set_training_step``: attention calibration's annealing).
 * `TimeBudgetCallback` stops training after a wall-clock budget (kept across ``--resume``) and agrees on the
   stopping step across processes (DDP).
 """
@@ -42,6 +43,7 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.add_callback(TrainingStepCallback())
         # The model's loss is a per-micro-batch mean: Trainer must divide it by the accumulation steps (trap 7).
         self.model_accepts_loss_kwargs = False
         self._aux_sums: dict[str, float] = defaultdict(float)
@@ -96,13 +98,16 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
             self._aux_counts.clear()
         super().log(logs, *args, **kwargs)
 
-    # ------------------------------------------------------------------------------------------ step hook
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        target = self.accelerator.unwrap_model(model)
-        hook = getattr(target, "set_training_step", None)
-        if callable(hook):
-            hook(int(self.state.global_step))
-        return super().training_step(model, inputs, num_items_in_batch)
+
+
+class TrainingStepCallback(TrainerCallback):
+    """Before every optimiser step, ``model.set_training_step(global_step)``: the schedule of step-driven variants
+    (attention calibration's annealing ratio, Lu et al. 2021 Eq. 9) follows training, and is saved with the model."""
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        target = getattr(model, "module", model)  # DDP wraps the model
+        if hasattr(target, "set_training_step"):  # any model: a plain transformers model has no schedule
+            target.set_training_step(int(state.global_step))
 
 
 class TimeBudgetCallback(TrainerCallback):
