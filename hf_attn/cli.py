@@ -90,19 +90,10 @@ def cmd_evaluate(argv) -> int:
     return 0
 
 
-def _run_arg(model_dir: str, key: str, default):
-    """A flag of the `hf-attn train` run that wrote ``model_dir`` (its run_args.json), or ``default``."""
-    path = os.path.join(model_dir, "run_args.json")
-    if not os.path.isfile(path):
-        return default
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("hf_attn", {}).get(key, default)
-
-
 def cmd_translate(argv) -> int:
     from .errors import HfAttnInputError
     from .training.generate import translate_texts
-    from .training.run import load_model_dir
+    from .rundir import load_model_dir, run_arg
 
     ap = argparse.ArgumentParser(prog="hf-attn translate", description="translate stdin or a file, one sentence per line")
     ap.add_argument("model_dir")
@@ -124,7 +115,7 @@ def cmd_translate(argv) -> int:
     hyps = translate_texts(model, tokenizer, lines, num_beams=a.num_beams or gc.num_beams or 4,
                            length_penalty=a.length_penalty if a.length_penalty is not None else (gc.length_penalty or 1.0),
                            batch_size=a.batch_size, progress=len(lines) > 64,
-                           max_source_length=_run_arg(a.model_dir, "max_source_length", 256))
+                           max_source_length=run_arg(a.model_dir, "max_source_length", 256))
     text = "\n".join(hyps) + ("\n" if hyps else "")
     if a.output:
         with open(a.output, "w", encoding="utf-8") as f:

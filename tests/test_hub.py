@@ -159,7 +159,7 @@ def test_cli_push_uploads_a_loadable_model(trained, fake_hub, tmp_path, capsys):
 
 
 def _translate_locally(model_dir: Path, texts: list[str]) -> list[str]:
-    from hf_attn.training.run import load_model_dir
+    from hf_attn.rundir import load_model_dir
 
     model, tok = load_model_dir(str(model_dir))
     out = []

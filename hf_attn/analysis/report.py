@@ -80,7 +80,7 @@ def format_report(name: str, report: dict) -> str:
 
 def main(argv=None, prog: str = "hf-attn analyze") -> dict:
     from ..errors import HfAttnInputError
-    from ..training.run import load_model_dir, run_pairs
+    from ..rundir import load_model_dir, run_pairs
 
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dirs", nargs="+", help="directories written by `hf-attn train` (or save_pretrained + tokenizer)")

@@ -1,6 +1,6 @@
 """Attention calibration (Lu, Zeng, Zhang, Wu & Li 2021, "Attention Calibration for Transformer in Neural Machine
 Translation", ACL). Official code: yulu-dada/Attention-calibration-NMT (fairseq); the defaults follow it, the
-paper's formulas are options, and its bugs are fixed (VARIANTS.md section 4).
+paper's formulas are options, and its bugs are fixed (each documented where it is fixed, below).
 
 Two networks share the decoder: the NMT model (theta) and, in every calibrated decoder layer, a mask-perturbation
 model (phi, the "attacker") with its own W_q, W_k (heads as in the layer). With x the input of the cross-attention
@@ -39,10 +39,11 @@ The released code needs two backward passes with ``requires_grad`` toggling. Her
   on the detached encoder output, so CE_p reaches phi (through every layer's activations) and never theta;
 * the bracket has value 0 and the gradient of L_phi, so the reported loss is the translation loss.
 
-A stock ``Trainer``, gradient accumulation, fp16/bf16 autocast and DDP (every parameter gets its gradient from
-the single backward) work unchanged. The perturbed pass needs the targets: ``labels``, or, when ``Trainer`` pops
-them for label smoothing, the targets recovered from ``decoder_input_ids`` (shifted by one; the very last
-target position of the batch, when it is a real token, is then left out of CE_p).
+Any training loop that calls ``loss.backward()`` once, gradient accumulation, fp16/bf16 autocast and DDP (every
+parameter gets its gradient from the single backward) work unchanged. The perturbed pass needs the targets:
+``labels``, or, when the model is given only ``decoder_input_ids`` (a loop that smooths the labels itself), the
+targets recovered from them (shifted by one; the very last target position of the batch, when it is a real token,
+is then left out of CE_p).
 
 alpha rescaled for a mean-reduced loss. The released criterion is fairseq's: the label-smoothed CE is SUMMED over
 the N target tokens of a batch, the penalty is ||1 - M||_2 / S (Frobenius norm over layers x heads x batch x
@@ -58,7 +59,7 @@ base L = 6 layers, H = 8 heads; --max-tokens 8192 per GPU, N ~ 8192 target token
 released criterion (``calibration_label_smoothing``). lambda (fixed fusion) weighs attention weights, not a loss,
 so it needs no rescaling: 0.1.
 
-Anneal: the trainer calls ``model.set_training_step(step)`` before every optimiser step; each calibrated module
+Anneal: the training loop calls ``model.set_training_step(step)`` before every optimiser step; each calibrated module
 keeps the step in a persistent int64 buffer ``calibration_step`` that is saved with the weights, so a saved model
 decodes with r of its last training step (the released code hard-codes the value of step 150k at load time).
 
@@ -353,7 +354,7 @@ def calibrated_modules(model) -> list:
 
 def objective_targets(model, inputs) -> torch.Tensor | None:
     """[B, T] targets of the decoder positions (-100 = ignore): ``labels``, else ``decoder_input_ids`` shifted left
-    (Trainer pops ``labels`` when it smooths them itself); None when neither is there."""
+    (for a caller that smooths the labels itself and hands over only the decoder inputs); None when neither."""
     if inputs.get("labels") is not None:
         return inputs["labels"]
     dec = inputs.get("decoder_input_ids")

@@ -1,6 +1,6 @@
 """Gaussian-mixture cross-attention (Zhang & Feng 2021, "Modeling Concentrated Cross-Attention for Neural Machine
-Translation with Gaussian Mixture Model", Findings of EMNLP). No official code exists; ambiguities are settled
-by the project spec (VARIANTS.md section 2).
+Translation with Gaussian Mixture Model", Findings of EMNLP). No official code exists; where the paper is silent
+the choice is stated where it is made (e.g. ``gmm_sigma_min``).
 
 Per decoder layer, small FFNs shared by the heads read each head's query Q(s_i) (size dh):
     ffn(x)  = V^T tanh(W^T x + b1) + b2        W: dh x dh, V: dh x K (dh x 1 for the gate)      Eq. 7-9, 14

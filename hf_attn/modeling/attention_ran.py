@@ -1,6 +1,5 @@
 """RAN: recurrent attention (Zeng et al. 2021, "Recurrent Attention for Neural Machine Translation", EMNLP).
-Official code: lemon0830/RAN (thseq toolkit); the defaults follow it, the paper's formulas are options
-(VARIANTS.md section 5).
+Official code: lemon0830/RAN (thseq toolkit); the defaults follow it, the paper's formulas are options.
 
 Self-attention whose weights are learned, input-independent matrices refined layer by layer:
 
@@ -15,7 +14,7 @@ Self-attention whose weights are learned, input-independent matrices refined lay
 No query/key projections. Decoder: the causal mask keeps the lower triangle ("only the lower triangular matrix
 is leveraged"). Rows of A (query positions) never interact, so a forward only computes the rows it needs.
 
-Parameters have one owner each (HF_NOTES trap 9): ``attach(model)`` registers one `RanStack` (A_0 and Rec) per
+Parameters have one owner each (``save_pretrained`` refuses tensors shared by two modules): ``attach(model)`` registers one `RanStack` (A_0 and Rec) per
 stack on ``model.model.encoder`` / ``model.model.decoder`` as ``ran_stack``; the stack's layers only hold an
 unregistered reference to it. The stack computes A_1..A_L once per forward in training (at its first layer),
 and once in total in eval mode (cached in float32 and reused by every decoding step: a cached step slices one row);
@@ -268,7 +267,7 @@ class RecurrentAttention(PositionalAttention):
     @classmethod
     def attach(cls, model):
         """One `RanStack` per stack that has RAN layers, owned by the stack (``model.model.<stack>.ran_stack``);
-        the RAN layers get an unregistered reference and their step in the recurrence (HF_NOTES trap 9)."""
+        the RAN layers get an unregistered reference and their step in the recurrence (one owner per parameter)."""
         config = model.config
         for site, stack in (("encoder", model.model.encoder), ("decoder", model.model.decoder)):
             layers = [m for m in model.attention_modules(site) if getattr(m, "variant", None) == cls.variant]

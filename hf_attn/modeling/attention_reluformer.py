@@ -1,6 +1,6 @@
 """ReLUFormer: ReLU attention with length-dependent variance reduction and its regulariser (Shen, Guo, Tan, Tang,
-Wang & Bian 2023, "A Study on ReLU and Softmax in Transformer"). No official code exists; the ambiguities are
-settled by the project spec (VARIANTS.md section 3).
+Wang & Bian 2023, "A Study on ReLU and Softmax in Transformer"). No official code exists; where the paper is
+ambiguous the choice is stated at the equation it concerns.
 
 Per head, for query i with n_i visible keys (the real mask: source length for encoder self-attention and
 cross-attention, i+1 for causal self-attention, the cache length + 1 during incremental decoding):

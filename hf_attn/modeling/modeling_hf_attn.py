@@ -49,10 +49,10 @@ class HfAttnModelMixin:
     """Shared by `HfAttnMarianMTModel` and `HfAttnBartForConditionalGeneration`."""
 
     base_attention_class: type = MarianAttention
-    accepts_loss_kwargs = False  # HF_NOTES trap 7: the loss is a mean over tokens; Trainer must not re-normalise
+    accepts_loss_kwargs = False  # the loss is a mean over tokens: a training loop must not re-normalise it
 
     def __init__(self, config):
-        config._attn_implementation = ATTN_IMPLEMENTATION  # HF_NOTES trap 3: not saved in config.json
+        config._attn_implementation = ATTN_IMPLEMENTATION  # not saved in config.json: forced on every load
         super().__init__(config)
         self.config._attn_implementation = ATTN_IMPLEMENTATION
         self._swap_attention_modules()
@@ -79,7 +79,7 @@ class HfAttnModelMixin:
                 bias=old.k_proj.bias is not None,
                 is_causal=old.is_causal,
                 config=self.config,
-                layer_idx=i,  # Marian's encoder passes None (HF_NOTES): indices are set here for every site
+                layer_idx=i,  # Marian's encoder passes None: indices are set here for every site
                 site=site,
             )
             setattr(layer, attr, new)
@@ -117,7 +117,8 @@ class HfAttnModelMixin:
 
     @torch.no_grad()
     def initialize_weights(self):
-        """Base init, then each variant's own parameters (HF_NOTES traps 4-5: the helpers skip loaded tensors)."""
+        """Base init, then each variant's own parameters (`transformers.initialization` helpers skip loaded
+        tensors, so a warm start keeps every weight it loaded)."""
         from transformers import initialization as init
 
         super().initialize_weights()

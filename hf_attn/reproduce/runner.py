@@ -146,7 +146,7 @@ def analyse_run(run_dir: Path, sentences: int = 200) -> dict:
     """Probe, attention statistics and the variant's own figures, on the first ``sentences`` pairs."""
     from ..analysis.probe import source_probe
     from ..analysis.report import attention_report
-    from ..training.run import load_model_dir, run_pairs
+    from ..rundir import load_model_dir, run_pairs
 
     model, tokenizer = load_model_dir(str(run_dir))
     model.eval()

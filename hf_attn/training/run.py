@@ -13,7 +13,6 @@ import math
 import os
 import platform
 import time
-import warnings
 from pathlib import Path
 
 from ..errors import HfAttnInputError
@@ -417,60 +416,11 @@ def summary_line(run: dict) -> str:
 
 
 # -------------------------------------------------------------------------------------------------- re-scoring
-def load_model_dir(model_dir: str):
-    from transformers import AutoModelForSeq2SeqLM
-
-    from .. import swap_attention  # noqa: F401  (registers the hf-attn Auto classes)
-    from ..data import load_tokenizer
-
-    d = Path(model_dir)
-    if not (d / "config.json").is_file():
-        raise HfAttnInputError(f"{model_dir!r} holds no config.json; give a directory written by `hf-attn train` or "
-                               "save_pretrained")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AutoModelForSeq2SeqLM.from_pretrained(str(d))
-        tokenizer = load_tokenizer(d)
-    return model, tokenizer
-
-
-def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
-              max_samples: int | None = None):
-    """``(sources, references, description, run_args)``: the ``split`` of the data a run in ``model_dir`` was trained
-    on (from its run_args.json), or the pairs of ``test_file``."""
-    from ..data import load_corpus, read_parallel_file
-
-    if split not in ("test", "validation", "train"):
-        raise HfAttnInputError(f"--split {split!r}: valid: test, validation, train")
-    d = Path(model_dir)
-    prev = {}
-    if (d / "run_args.json").is_file():
-        prev = json.loads((d / "run_args.json").read_text())["hf_attn"]
-    source = source or prev.get("source")
-    target = target or prev.get("target")
-    if test_file:
-        rows, s_key, t_key = read_parallel_file(test_file, source if prev.get("corpus") != "bible" else None,
-                                                None if prev.get("corpus") == "bible" else target, "test")
-        if max_samples:
-            rows = rows[:max_samples]
-        if not rows:
-            raise HfAttnInputError(f"--test_file {test_file!r} has no sentence pairs; give a file with at least one")
-        src = [r["translation"][s_key] for r in rows]
-        ref = [r["translation"][t_key] for r in rows]
-        return src, ref, test_file, prev
-    if not prev:
-        raise HfAttnInputError(f"{model_dir!r} has no run_args.json to find its data; give --test_file FILE")
-    corpus = load_corpus(prev.get("corpus"), source, target, prev.get("train_file"), prev.get("validation_file"),
-                         prev.get("test_file"), prev.get("dataset"), prev.get("dataset_config_name"),
-                         {"train": prev.get("max_train_samples"), split: max_samples})
-    src, ref = corpus.pairs(split)
-    return src, ref, f"{split} split of {corpus.description}", prev
-
-
 def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
                  num_beams: int | None = None, length_penalty: float | None = None, batch_size: int = 32,
                  max_samples: int | None = None, write: bool = True) -> dict:
     """Re-score a saved model on its run's split (Bible/files/dataset from run_args.json) or on a file."""
+    from ..rundir import load_model_dir, run_pairs
     from .generate import translate_texts
     from .metrics import score_translations
 
