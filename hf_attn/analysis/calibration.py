@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 import torch
 
+from .common import pyplot, save_figure
 from .stats import cross_attention_modules, recording
 
 
@@ -94,12 +95,7 @@ def plot_saliency(saliency: dict, path, layer: int = -1, head: int | None = None
     choices = {"importance": "mask", "mask": "mask", "attention": "attention", "combined": "combined"}
     if values not in choices:
         raise ValueError(f"values={values!r} is not valid; choose one of {list(choices)}")
-    try:
-        import matplotlib
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("plot_saliency needs matplotlib: pip install matplotlib") from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     data = saliency[choices[values]][layer]  # [H, T, S]
     data = data.mean(0) if head is None else data[head]
@@ -117,7 +113,4 @@ def plot_saliency(saliency: dict, path, layer: int = -1, head: int | None = None
     label = {"importance": "1 - m", "mask": "m", "attention": "a", "combined": "fused weights"}[values]
     ax.set_title(title or f"decoder layer {layer_idx + 1}, {heads}: {label}", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.04)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 import torch
 
+from .common import pyplot, save_figure
 from .stats import cross_attention_modules, recording
 
 
@@ -101,12 +102,7 @@ def gate_histograms(values: dict[int, torch.Tensor], bins: int = 20) -> dict[int
 
 def plot_gate_distribution(values: dict[int, torch.Tensor], path, bins: int = 20, title: str = ""):
     """The paper's Figure 5: one histogram of g per decoder layer (x: g, y: frequency). Needs matplotlib."""
-    try:
-        import matplotlib
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("plot_gate_distribution needs matplotlib: pip install matplotlib") from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     hists = gate_histograms(values, bins)
     fig, axes = plt.subplots(1, len(hists), figsize=(2.6 * len(hists), 2.6), squeeze=False, sharey=True)
@@ -118,7 +114,4 @@ def plot_gate_distribution(values: dict[int, torch.Tensor], path, bins: int = 20
         ax.set_xlabel("g")
     axes[0][0].set_ylabel("frequency")
     fig.suptitle(title or "gate g per decoder layer (share of the Gaussian mixture)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

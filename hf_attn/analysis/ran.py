@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from .common import pyplot, save_figure
+
 LEARNED_VARIANTS = ("recurrent", "synthesizer")
 
 
@@ -89,13 +91,7 @@ def plot_attention_heatmaps(
     """The paper's Figure 6: one heatmap per layer (rows: encoder, decoder; columns: layers), x = key position,
     y = query position. ``head=None`` averages the heads; ``max_positions`` crops the matrices (None: full size).
     Writes ``path`` (any format matplotlib knows) and returns it. Needs matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("plot_attention_heatmaps needs matplotlib: pip install matplotlib") from err
+    plt = pyplot()
     sites = [s for s in ("encoder", "decoder") if s in matrices]
     if not sites:
         raise ValueError("no matrices to plot: pass the output of learned_attention(model)")
@@ -120,7 +116,4 @@ def plot_attention_heatmaps(
             ax.set_ylabel("query position", fontsize=7)
             ax.tick_params(labelsize=6)
     fig.suptitle(title or ("mean over heads" if head is None else f"head {head}"), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
