@@ -56,6 +56,19 @@ def plot_series(series: dict, path, title: str, xlabel: str, ylabel: str, xticks
     return save_figure(fig, path, title)
 
 
+def tokenized_batches(tokenizer, sources, targets, batch_size: int = 16, max_length: int = 128, progress: bool = False,
+                      desc: str = "batches"):
+    """Teacher-forcing batches ``{"input_ids", "attention_mask", "labels"}`` (padding in labels = -100), with a tqdm
+    bar when ``progress``."""
+    from tqdm.auto import tqdm
+
+    for start in tqdm(range(0, len(sources), batch_size), desc=desc, unit="batch", disable=not progress):
+        enc = tokenizer(sources[start:start + batch_size], text_target=targets[start:start + batch_size],
+                        padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
+        yield {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+
+
 # ---- length buckets ------------------------------------------------------------------------------------------------
 def bucket_of(length: int, edges) -> int:
     """Index of the bucket (0, e0], (e0, e1], ..., (e_last, inf) that holds ``length``."""
