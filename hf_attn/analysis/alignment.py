@@ -142,12 +142,16 @@ def alignment_quality(model, tokenizer, sources, targets, gold, shifted: bool = 
             "skipped": skipped}
 
 
-def word_alignments(model, tokenizer, sources, targets, layer: int = -2, shifted: bool = True) -> list[str]:
-    """Pharaoh lines ``i-j`` of the word alignment that the head-averaged cross-attention of decoder ``layer``
-    gives (default: the penultimate layer, shifted attention), one line per pair."""
+def word_alignments(model, tokenizer, sources, targets, layer: int | None = None, shifted: bool = True) -> tuple[int, list]:
+    """``(layer, Pharaoh lines)``: the word alignment ``i-j`` that the head-averaged cross-attention of decoder
+    ``layer`` gives (default: the penultimate layer, or the only one), shifted attention by default, one line per pair."""
     lines = []
     for src, tgt in zip(sources, targets):
         layers, _, _ = sentence_word_attention(model, tokenizer, src, tgt, shifted)
-        links = sorted(argmax_alignment(layers[layer].mean(0)))
+        n = len(layers)
+        index = layer if layer is not None else (-2 if n > 1 else -1)
+        if not -n <= index < n:
+            raise HfAttnInputError(f"--alignment_layer {layer}: the model has {n} decoder layers; give {-n}..{n - 1}")
+        links = sorted(argmax_alignment(layers[index].mean(0)))
         lines.append(" ".join(f"{i}-{j}" for i, j in links))
-    return lines
+    return index % n, lines

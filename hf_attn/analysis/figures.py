@@ -108,15 +108,16 @@ def rela_rank_null(ctx: Context) -> dict:
 def rela_alignment(ctx: Context) -> dict:
     from .alignment import word_alignments
 
-    lines = word_alignments(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets, ctx.args.alignment_layer, shifted=True)
-    return {"layer": ctx.args.alignment_layer, "shifted": True, "format": "pharaoh source-target", "alignments": lines}
+    layer, lines = word_alignments(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets, ctx.args.alignment_layer)
+    return {"layer": layer, "shifted": True, "format": "pharaoh source-target", "alignments": lines}
 
 
 def _aer(ctx: Context, shifted: bool) -> dict:
     from .alignment import alignment_quality
 
+    pairs = gold(ctx)
     return ctx.once(("aer", shifted), lambda: alignment_quality(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets,
-                                                                 gold(ctx), shifted, ctx.progress))
+                                                                 pairs, shifted, ctx.progress))
 
 
 def rela_aer(ctx: Context) -> dict:
@@ -385,7 +386,8 @@ def add_arguments(p) -> None:
     g.add_argument("--top_share", "--top-share", type=float, default=0.1, help="share of the ranking checked (0.1)")
     g.add_argument("--gold-alignments", "--gold_alignments", dest="gold_alignments", default=None, metavar="FILE",
                    help="Pharaoh file (i-j sure, i?j possible; source-target words, 0-based), one line per pair")
-    g.add_argument("--alignment_layer", "--alignment-layer", type=int, default=-2, help="decoder layer for rela-alignment")
+    g.add_argument("--alignment_layer", "--alignment-layer", type=int, default=None,
+                   help="decoder layer for rela-alignment (default the penultimate)")
     g.add_argument("--num_beams", "--num-beams", type=int, default=4, help="beam for BLEU and speed figures (4)")
     g.add_argument("--speed_groups", type=int, default=10, help="source-length groups of equal size (ReLA Fig. 2: 10)")
     g.add_argument("--speed_repeats", type=int, default=1, help="timed runs averaged (the papers: 3)")
