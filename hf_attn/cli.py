@@ -6,6 +6,8 @@
     hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
     hf-attn push DIR REPO_ID [--private]
     hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
+                    [--figures all|rela-aer,gmm-entropy,...] [--rank-null FILE] [--gold-alignments FILE]
+                    (the five papers' tables and figures; `hf-attn analyze --help` lists them)
     hf-attn reproduce [--presets P,...] [--pairs de-en,...] [--steps 600] [--seeds 42] [--output_dir results]
                       (a matrix of runs -> results/REPORT.md with significance tests, claims and plots)
     hf-attn presets
