@@ -22,7 +22,7 @@ class WordTokenizer:
     """Whitespace words -> ids; a word longer than 4 characters is two subwords ("▁w.." + a continuation)."""
 
     pad_token_id, eos_token_id = PAD, EOS
-    all_special_tokens = ["<s>", "<pad>", "</s>"]
+    all_special_tokens = ("<s>", "<pad>", "</s>")
 
     def encode(self, text, special=True, max_length=None):
         ids = []
@@ -66,11 +66,12 @@ TARGETS = ["that is good", "in the beginning was the word", "and the word was wi
 
 
 def args(**overrides):
-    a = dict(batch_size=4, seed=0, plot_dir=None, num_beams=1, speed_groups=3, speed_repeats=1, speed_batch_sizes=[1, 4],
-             speed_beams=[1, 2], top_p_values=[0.1, 0.5], long_lengths=[8, 16], kendall_sentences=3, bins=10,
-             gold_alignments=None, alignment_layer=-1, rank_null=None, rank_output=None, shuffle_fraction=None,
-             top_share=0.1)
-    return SimpleNamespace(**{**a, **overrides})
+    a = SimpleNamespace(batch_size=4, seed=0, plot_dir=None, num_beams=1, speed_groups=3, speed_repeats=1,
+                        speed_batch_sizes=[1, 4], speed_beams=[1, 2], top_p_values=[0.1, 0.5], long_lengths=[8, 16],
+                        kendall_sentences=3, bins=10, gold_alignments=None, alignment_layer=-1, rank_null=None,
+                        rank_output=None, shuffle_fraction=None, top_share=0.1)
+    a.__dict__.update(overrides)
+    return a
 
 
 def context(preset, **overrides):

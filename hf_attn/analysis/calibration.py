@@ -18,6 +18,7 @@ Row t of every map is the decoder step that predicts target token t (teacher for
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 import torch
@@ -184,7 +185,7 @@ def kendall_with_gradients(model, batches) -> dict:
                 maps.update({("mask", i): 1 - r["mask"][0].mean(0) for i, r in calibration_maps(model, **one).items()})
             for key, w in maps.items():
                 taus = [kendall_tau(w[t], grad[t]) for t in range(n_tgt)]
-                taus = [x for x in taus if x == x]  # nan: all ties (a one-token source)
+                taus = [x for x in taus if not math.isnan(x)]  # nan: all ties (a one-token source)
                 acc = sums.setdefault(key, [0.0, 0])
                 acc[0], acc[1] = acc[0] + sum(taus), acc[1] + len(taus)
     out: dict = {"attention": [], "mask": []}

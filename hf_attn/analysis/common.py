@@ -13,6 +13,7 @@ Kendall's tau, BLEU by length bucket and decoding speed by length group.
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 
 import torch
 
@@ -88,7 +89,7 @@ def equal_count_groups(lengths, groups: int) -> list[list[int]]:
     (ReLA paper Figure 2: "10 disjoint groups uniformly according to source length"). Empty groups are dropped."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
     cuts = [round(k * len(order) / groups) for k in range(groups + 1)]
-    return [order[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+    return [order[a:b] for a, b in pairwise(cuts) if b > a]
 
 
 def words(text: str) -> int:

@@ -309,20 +309,20 @@ FIGURES = {
     "rela-null-shuffled": (rela_null_shuffled, "ReLA Figure 6 (dashed): null rate per layer, targets shuffled"),
     "rela-rank-null": (rela_rank_null, "pairs ranked by cross-attention null rate (--rank-null, --shuffle-fraction)"),
     "rela-alignment": (rela_alignment, "ReLA Section 5.3: word alignment from merged subword attention (Pharaoh)"),
-    "rela-aer": (rela_aer, "ReLA Figure 4, Table 5: AER per layer, best head and layer attention, normal and "
-                 "shifted (--gold-alignments)"),
+    "rela-aer": (rela_aer, ("ReLA Figure 4, Table 5: AER per layer, best head and layer attention, normal and "
+                            "shifted (--gold-alignments)")),
     "rela-speed": (rela_speed, "ReLA Figure 2: decoding speed by source-length group, batch size 1"),
     "gmm-entropy": (gmm_entropy, "GMM Table 6: entropy of mixture, dot-product and fused attention by source length"),
     "gmm-alignment": (gmm_alignment, "GMM Table 7: AER, precision, recall, penultimate layer (--gold-alignments)"),
     "gmm-bleu": (gmm_bleu, "GMM Figure 7: BLEU by source-length bucket"),
     "reluformer-layers": (reluformer_layers, "ReLUFormer Table 3, Figures 2 and 4: entropy and top-p% mass by layer"),
-    "reluformer-long": (reluformer_long, "ReLUFormer Tables 3 and 5, Figures 2 and 4: the same by input length "
-                        "(--long_lengths)"),
+    "reluformer-long": (reluformer_long, ("ReLUFormer Tables 3 and 5, Figures 2 and 4: the same by input length "
+                                          "(--long_lengths)")),
     "calibration-jsd": (calibration_jsd, "Calibration Figure 6: JSD original vs calibrated attention per layer"),
     "calibration-jsd-entropy": (calibration_jsd_entropy, "Calibration Figure 7: that JSD by attention-entropy bucket"),
     "calibration-entropy": (calibration_entropy, "Calibration Table 5: entropy change per layer"),
-    "calibration-kendall": (calibration_kendall, "Calibration Figures 2 and 5: Kendall tau of attention / mask vs "
-                            "gradient importance"),
+    "calibration-kendall": (calibration_kendall, ("Calibration Figures 2 and 5: Kendall tau of attention / mask vs "
+                                                  "gradient importance")),
     "ran-histograms": (ran_histograms, "RAN Figure 5: histograms of the attention weights"),
     "ran-layer-jsd": (ran_layer_jsd, "RAN Figure 7: JSD between the attention of layer pairs"),
     "ran-bleu": (ran_bleu, "RAN Figure 8: BLEU by source and target length"),

@@ -80,8 +80,8 @@ def write_ranking(path, ranking, rates, sources, targets, flagged=()) -> None:
     flagged = set(flagged)
     with open(path, "w", encoding="utf-8") as f:
         f.write("rank\tnull_rate\tindex\tshuffled\tsource\ttarget\n")
-        for r, i in enumerate(ranking, 1):
-            f.write(f"{r}\t{rates[i]:.4f}\t{i}\t{int(i in flagged)}\t{sources[i]}\t{targets[i]}\n")
+        f.writelines(f"{r}\t{rates[i]:.4f}\t{i}\t{int(i in flagged)}\t{sources[i]}\t{targets[i]}\n"
+                     for r, i in enumerate(ranking, 1))
 
 
 def shuffle_demo(model, tokenizer, sources, targets, fraction: float = 0.05, top: float = 0.1, seed: int = 0,
