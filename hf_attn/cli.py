@@ -6,6 +6,8 @@
     hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
     hf-attn push DIR REPO_ID [--private]
     hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
+                    [--figures all|rela-aer,gmm-entropy,...] [--rank-null FILE] [--gold-alignments FILE]
+                    (the five papers' tables and figures; `hf-attn analyze --help` lists them)
     hf-attn reproduce [--presets P,...] [--pairs de-en,...] [--steps 600] [--seeds 42] [--output_dir results]
                       (a matrix of runs -> results/REPORT.md with significance tests, claims and plots)
     hf-attn presets
@@ -92,7 +94,7 @@ def cmd_evaluate(argv) -> int:
 
 def cmd_translate(argv) -> int:
     from .errors import HfAttnInputError
-    from .training.generate import translate_texts
+    from .generation import translate_texts
     from .rundir import load_model_dir, run_arg
 
     ap = argparse.ArgumentParser(prog="hf-attn translate", description="translate stdin or a file, one sentence per line")

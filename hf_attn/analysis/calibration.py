@@ -18,8 +18,11 @@ Row t of every map is the decoder step that predicts target token t (teacher for
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from .common import pyplot, save_figure
 from .stats import attention_details, cross_attention_modules
 
 
@@ -78,12 +81,7 @@ def plot_saliency(saliency: dict, path, layer: int = -1, head: int | None = None
     choices = {"importance": "mask", "mask": "mask", "attention": "attention", "combined": "combined"}
     if values not in choices:
         raise ValueError(f"values={values!r} is not valid; choose one of {list(choices)}")
-    try:
-        import matplotlib
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("plot_saliency needs matplotlib: pip install matplotlib") from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     data = saliency[choices[values]][layer]  # [H, T, S]
     data = data.mean(0) if head is None else data[head]
@@ -101,7 +99,81 @@ def plot_saliency(saliency: dict, path, layer: int = -1, head: int | None = None
     label = {"importance": "1 - m", "mask": "m", "attention": "a", "combined": "fused weights"}[values]
     ax.set_title(title or f"decoder layer {layer_idx + 1}, {heads}: {label}", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.04)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
+
+
+# ---- Figures 6 and 7, Table 5: how far calibration moves the attention -------------------------------------------
+FIGURE7_EDGES = (0.8, 1.6, 2.4, 3.2)  # entropy of the original attention (nats): 0-0.8, ..., 3.2 and above
+
+
+def calibration_statistics(model, batches, entropy_edges=FIGURE7_EDGES) -> dict:
+    """Per calibrated decoder layer, over heads and real target tokens: ``jsd`` (Eq. 12) between the original
+    attention a and the calibrated weights the model attends with (Figure 6); ``entropy_change`` =
+    Ent(a) - Ent(calibrated) (Eq. 13, Table 5; > 0: calibration made the rows more focused); and, over all layers,
+    the JSD per bucket of the original row's entropy (Figure 7). Rows are renormalised over the real source tokens."""
+    from .common import bucket_labels, bucket_of, jsd, row_entropy
+
+    labels = bucket_labels(entropy_edges)
+    layer_sums: dict = {}
+    buckets = torch.zeros(len(labels), 2, dtype=torch.float64)
+    for batch in batches:
+        for layer, rec in calibration_maps(model, **batch).items():
+            src = rec["source_mask"][:, None, None, :]
+            a, c = rec["attention"].float() * src, rec["combined"].float() * src
+            live = rec["target_mask"][:, None, :].expand(a.shape[:-1])
+            d, ent_a, ent_c = jsd(a, c)[live], row_entropy(a)[live], row_entropy(c)[live]
+            acc = layer_sums.setdefault(layer, torch.zeros(4, dtype=torch.float64))
+            acc += torch.tensor([float(d.sum()), float(ent_a.sum()), float(ent_c.sum()), float(live.sum())])
+            idx = torch.tensor([bucket_of(float(e), entropy_edges) for e in ent_a])
+            buckets.index_add_(0, idx, torch.stack([d.double(), torch.ones_like(d, dtype=torch.float64)], 1))
+    layers = [{"layer": i, "jsd": float(s[0] / s[3]), "entropy_original": float(s[1] / s[3]),
+               "entropy_calibrated": float(s[2] / s[3]), "entropy_change": float((s[1] - s[2]) / s[3])}
+              for i, s in sorted(layer_sums.items())]
+    total = sum(layer_sums.values())
+    return {"layers": layers, "jsd": float(total[0] / total[3]), "entropy_change": float((total[1] - total[2]) / total[3]),
+            "jsd_by_entropy": [{"bucket": lab, "rows": int(n), "jsd": float(s / n) if n else None}
+                               for lab, (s, n) in zip(labels, buckets)]}
+
+
+# ---- Figures 2 and 5: Kendall's tau against gradient importance ----------------------------------------------------
+def gradient_importance(model, input_ids, attention_mask, labels) -> torch.Tensor:
+    """tau_it = |d p(y_t | x) / d h_i| (Eq. 2; the L2 norm of the gradient with respect to the encoder output h_i)
+    for one pair (batch of 1): ``[T, S]`` float32 on the CPU."""
+    model.eval()
+    with torch.enable_grad():
+        h = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        h = h.detach().requires_grad_(True)
+        logits = model(encoder_outputs=(h,), attention_mask=attention_mask, labels=labels).logits
+        probs = logits.float().softmax(-1)[0].gather(-1, labels[0].clamp(min=0)[:, None]).squeeze(-1)
+        rows = [torch.autograd.grad(probs[t], h, retain_graph=True)[0][0].norm(dim=-1) for t in range(probs.shape[0])]
+    return torch.stack(rows).cpu()
+
+
+def kendall_with_gradients(model, batches) -> dict:
+    """Per decoder layer, the mean over target tokens of Kendall's tau between the ranking of the source tokens by
+    gradient importance (`gradient_importance`) and by the head-averaged attention a (Figure 2), and, for calibrated
+    layers, by the mask importance 1 - m (Figure 5: the masks rank the inputs closer to the gradients)."""
+    from .common import kendall_tau
+    from .stats import collect_attentions
+
+    calibrated = bool(calibration_modules(model))
+    sums: dict = {}
+    for batch in batches:
+        for b in range(batch["input_ids"].shape[0]):
+            one = {k: v[b:b + 1] for k, v in batch.items()}
+            n_src, n_tgt = int(one["attention_mask"].sum()), int(one["labels"].ne(-100).sum())
+            one = {"input_ids": one["input_ids"][:, :n_src], "attention_mask": one["attention_mask"][:, :n_src],
+                   "labels": one["labels"][:, :n_tgt]}
+            grad = gradient_importance(model, **one)
+            maps = {("attention", i): w[0].mean(0) for i, w in enumerate(collect_attentions(model, **one)["cross"].weights)}
+            if calibrated:
+                maps.update({("mask", i): 1 - r["mask"][0].mean(0) for i, r in calibration_maps(model, **one).items()})
+            for key, w in maps.items():
+                taus = [kendall_tau(w[t], grad[t]) for t in range(n_tgt)]
+                taus = [x for x in taus if not math.isnan(x)]  # nan: all ties (a one-token source)
+                acc = sums.setdefault(key, [0.0, 0])
+                acc[0], acc[1] = acc[0] + sum(taus), acc[1] + len(taus)
+    out: dict = {"attention": [], "mask": []}
+    for (kind, layer), (s, n) in sorted(sums.items()):
+        out[kind].append({"layer": layer, "kendall_tau": s / n if n else None})
+    return out

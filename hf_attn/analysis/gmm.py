@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from .common import pyplot, save_figure
 from .stats import attention_details, cross_attention_modules
 
 
@@ -92,12 +93,7 @@ def gate_histograms(values: dict[int, torch.Tensor], bins: int = 20) -> dict[int
 
 def plot_gate_distribution(values: dict[int, torch.Tensor], path, bins: int = 20, title: str = ""):
     """The paper's Figure 5: one histogram of g per decoder layer (x: g, y: frequency). Needs matplotlib."""
-    try:
-        import matplotlib
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("plot_gate_distribution needs matplotlib: pip install matplotlib") from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     hists = gate_histograms(values, bins)
     fig, axes = plt.subplots(1, len(hists), figsize=(2.6 * len(hists), 2.6), squeeze=False, sharey=True)
@@ -109,7 +105,53 @@ def plot_gate_distribution(values: dict[int, torch.Tensor], path, bins: int = 20
         ax.set_xlabel("g")
     axes[0][0].set_ylabel("frequency")
     fig.suptitle(title or "gate g per decoder layer (share of the Gaussian mixture)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
+
+
+# ---- Table 6: entropy of the mixture, dot-product and fused attention by source length -----------------------------
+TABLE6_EDGES = (20, 40)  # Short (0,20], Mid [21,40], Long [41,inf) source tokens
+TABLE6_MAPS = {"beta": "mixture", "alpha": "dot_product", "gamma": "fused"}  # GMA, DP, Total
+
+
+def _maps(model, batch) -> list[tuple[dict, torch.Tensor, torch.Tensor]]:
+    """``[({name: [B,H,T,S] map}, source mask, target mask)]`` per cross-attention layer: the three GMM maps of a
+    GMM layer, the cross-attention (as ``attention``) of any other layer."""
+    from .stats import collect_attentions
+
+    gmm = gmm_modules(model)
+    out = []
+    if gmm:
+        for rec in gmm_parameters(model, **batch).values():
+            maps = {name: rec[key] for key, name in TABLE6_MAPS.items() if key in rec}
+            out.append((maps, rec["source_mask"], rec["target_mask"]))
+    attn = collect_attentions(model, **batch)["cross"]
+    target = batch["labels"].ne(-100)
+    for i, w in enumerate(attn.weights):
+        if i not in gmm:
+            out.append(({"attention": w}, batch["attention_mask"].bool(), target))
+    return out
+
+
+def entropy_by_length(model, batches, edges=TABLE6_EDGES) -> dict:
+    """The GMM paper's Table 6: mean row entropy (nats, rows renormalised over the real source tokens) of each map
+    per source-length bucket (source tokens including EOS) and over all (``"all"``), averaged over cross-attention
+    layers, heads and real target tokens: ``{map: {"all": x, "(0,20]": x, ...}}``."""
+    from .common import bucket_labels, bucket_of, row_entropy
+
+    labels = bucket_labels(edges)
+    sums: dict = {}
+    for batch in batches:
+        for maps, src, tgt in _maps(model, batch):
+            bucket = torch.tensor([bucket_of(int(n), edges) for n in src.sum(-1)])
+            for name, w in maps.items():
+                ent = row_entropy(w.float() * src[:, None, None, :])  # [B, H, T]
+                live = tgt[:, None, :].expand_as(ent)
+                acc = sums.setdefault(name, torch.zeros(len(labels), 2, dtype=torch.float64))
+                for b in range(ent.shape[0]):
+                    acc[bucket[b]] += torch.tensor([float(ent[b][live[b]].sum()), float(live[b].sum())])
+    out = {}
+    for name, acc in sums.items():
+        total = acc.sum(0)
+        out[name] = {"all": float(total[0] / total[1].clamp(min=1))}
+        out[name].update({lab: (float(a / n) if n else None) for lab, (a, n) in zip(labels, acc)})
+    return out

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from .common import pyplot, save_figure
+
 LEARNED_VARIANTS = ("recurrent", "synthesizer")
 
 
@@ -89,13 +91,7 @@ def plot_attention_heatmaps(
     """The paper's Figure 6: one heatmap per layer (rows: encoder, decoder; columns: layers), x = key position,
     y = query position. ``head=None`` averages the heads; ``max_positions`` crops the matrices (None: full size).
     Writes ``path`` (any format matplotlib knows) and returns it. Needs matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("plot_attention_heatmaps needs matplotlib: pip install matplotlib") from err
+    plt = pyplot()
     sites = [s for s in ("encoder", "decoder") if s in matrices]
     if not sites:
         raise ValueError("no matrices to plot: pass the output of learned_attention(model)")
@@ -120,7 +116,73 @@ def plot_attention_heatmaps(
             ax.set_ylabel("query position", fontsize=7)
             ax.tick_params(labelsize=6)
     fig.suptitle(title or ("mean over heads" if head is None else f"head {head}"), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
+
+
+# ---- Figures 5 and 7: weight histograms and JSD between layers, from the attention on real inputs ------------------
+def weight_histograms(model, batches, bins: int = 20) -> dict:
+    """The RAN paper's Figure 5 as numbers: ``{site: {layer: share of the visible attention weights in each of
+    ``bins`` equal bins of [0, 1]}}`` (any model: the weights it attends with on the given pairs)."""
+    from .stats import collect_attentions
+
+    counts: dict = {}
+    for batch in batches:
+        for site, sa in collect_attentions(model, **batch).items():
+            for i, w in enumerate(sa.weights):
+                values = w[sa.keep.expand_as(w)].clamp(0, 1)
+                acc = counts.setdefault(site, {}).setdefault(i, torch.zeros(bins))
+                acc += torch.histc(values, bins=bins, min=0.0, max=1.0)
+    return {site: {i: (c / c.sum().clamp(min=1)).tolist() for i, c in layers.items()} for site, layers in counts.items()}
+
+
+def layer_pair_jsd(model, batches) -> dict:
+    """The RAN paper's Figure 7: ``{site: L x L matrix}`` of the mean Jensen-Shannon divergence between the
+    head-averaged attention rows of every pair of layers (over the visible query rows)."""
+    from .common import jsd
+    from .stats import collect_attentions
+
+    sums: dict = {}
+    for batch in batches:
+        for site, sa in collect_attentions(model, **batch).items():
+            keep = sa.keep.expand_as(sa.weights[0])
+            rows = keep[:, 0].any(-1)  # [B, T]
+            layers = [(w * keep).mean(1) for w in sa.weights]  # [B, T, S]
+            n = len(layers)
+            acc = sums.setdefault(site, [torch.zeros(n, n, dtype=torch.float64), 0])
+            for i in range(n):
+                for j in range(n):
+                    acc[0][i, j] += float(jsd(layers[i], layers[j])[rows].sum())
+            acc[1] += int(rows.sum())
+    return {site: (m / max(count, 1)).tolist() for site, (m, count) in sums.items()}
+
+
+def plot_histograms(hists: dict, path, title: str = "") -> str:
+    """One bar chart per (site, layer) of `weight_histograms`: x = attention weight, y = share of weights."""
+    plt = pyplot()
+    sites = list(hists)
+    cols = max(len(v) for v in hists.values())
+    fig, axes = plt.subplots(len(sites), cols, figsize=(2.6 * cols, 2.4 * len(sites)), squeeze=False, sharey=True)
+    for r, site in enumerate(sites):
+        for c, (layer, freq) in enumerate(sorted(hists[site].items())):
+            edges = torch.linspace(0, 1, len(freq) + 1)
+            axes[r][c].bar(edges[:-1].numpy(), freq, width=1 / len(freq), align="edge", edgecolor="white")
+            axes[r][c].set_title(f"{site} layer {layer + 1}", fontsize=8)
+            axes[r][c].set_xlabel("attention weight", fontsize=7)
+        axes[r][0].set_ylabel("share of weights", fontsize=7)
+    return save_figure(fig, path, title)
+
+
+def plot_matrices(matrices: dict, path, title: str = "", label: str = "JSD") -> str:
+    """One heatmap per site of an L x L layer-pair matrix (layers 1-based on both axes)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(matrices), figsize=(3.4 * len(matrices), 3.0), squeeze=False)
+    for ax, (site, m) in zip(axes[0], matrices.items()):
+        im = ax.imshow(m, cmap="viridis_r")
+        n = len(m)
+        ax.set_xticks(range(n), range(1, n + 1))
+        ax.set_yticks(range(n), range(1, n + 1))
+        ax.set_xlabel("layer")
+        ax.set_ylabel("layer")
+        ax.set_title(site, fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.046, label=label)
+    return save_figure(fig, path, title)

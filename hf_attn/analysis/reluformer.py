@@ -7,13 +7,16 @@
 
     hf-attn analyze runs/softmax-300 runs/reluformer-300 --sentences 200 --output runs/x.json
 
-computes them (and per-layer plots) on the first ``--sentences`` test pairs of each run (teacher forcing).
+computes them (and per-layer plots) on the first ``--sentences`` test pairs of each run (teacher forcing);
+``--figures reluformer-layers,reluformer-long`` adds them per layer for several p, and on long inputs built by joining
+consecutive pairs up to ``--long_lengths`` tokens (Tables 3 and 5, Figures 2 and 4; see `long_documents`).
 """
 
 from __future__ import annotations
 
 import torch
 
+from .common import tokenized_batches
 from .stats import collect_attentions, layer_statistics
 
 
@@ -38,13 +41,10 @@ def attention_summary(model, tokenizer, sources, references, batch_size: int = 1
     batches (each batch weighted by its number of sentences)."""
     sums: dict = {}
     count = 0
-    for start in range(0, len(sources), batch_size):
-        enc = tokenizer(sources[start : start + batch_size], text_target=references[start : start + batch_size],
-                        padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
-        attn = collect_attentions(model, enc["input_ids"], enc["attention_mask"], labels=labels)
+    for batch in tokenized_batches(tokenizer, sources, references, batch_size, max_length):
+        attn = collect_attentions(model, **batch)
         stats = layer_statistics(attn)
-        n = enc["input_ids"].shape[0]
+        n = batch["input_ids"].shape[0]
         count += n
         for site, rows in stats.items():
             site_sums = sums.setdefault(site, {"entropy": 0.0, "sparsity": 0.0, "null_rate": 0.0, "top_p_mass": 0.0})
@@ -57,6 +57,49 @@ def attention_summary(model, tokenizer, sources, references, batch_size: int = 1
     out["top_p"] = top_p
     out["sentences"] = count
     return out
+
+
+TOP_P_VALUES = (0.005, 0.01, 0.015, 0.05, 0.1)  # Figure 4 shows up to the top 1.5%; Figure 2 wider shares
+
+
+@torch.no_grad()
+def layer_entropy_and_mass(model, batches, top_p_values=TOP_P_VALUES) -> dict:
+    """``{site: [{"layer", "entropy", "top_p_mass": {p: mass}}]}``: the paper's entropy H(s) (Table 3) and top-p%
+    score sums (Section 3.4, Figures 2 and 4) per layer, averaged over batches weighted by sentences."""
+    sums: dict = {}
+    count = 0
+    for batch in batches:
+        attn = collect_attentions(model, **batch)
+        n = batch["input_ids"].shape[0]
+        count += n
+        for site, rows in layer_statistics(attn).items():
+            acc = sums.setdefault(site, [[0.0] * (1 + len(top_p_values)) for _ in rows])
+            for i, (row, w) in enumerate(zip(rows, attn[site].weights)):
+                values = [row["entropy"], *(top_p_mass(w, attn[site].keep, p) for p in top_p_values)]
+                acc[i] = [a + n * v for a, v in zip(acc[i], values)]
+    return {site: [{"layer": i, "entropy": a[0] / count,
+                    "top_p_mass": {str(p): m / count for p, m in zip(top_p_values, a[1:])}} for i, a in enumerate(rows)]
+            for site, rows in sums.items()}
+
+
+def long_documents(tokenizer, sources, targets, limit: int) -> tuple[list[str], list[str]]:
+    """The paper's long inputs (Appendix B): consecutive pairs joined into one document while the source stays within
+    ``limit`` tokens (sum l_1..l_m <= L < sum l_1..l_m+1); the next document starts with the pair that did not fit.
+    A single pair longer than ``limit`` is a document of its own (truncated when encoded)."""
+    docs_src, docs_tgt, cur_src, cur_tgt, used = [], [], [], [], 0
+    for s, t in zip(sources, targets):
+        n = len(tokenizer(s, add_special_tokens=False)["input_ids"])
+        if cur_src and used + n > limit:
+            docs_src.append(" ".join(cur_src))
+            docs_tgt.append(" ".join(cur_tgt))
+            cur_src, cur_tgt, used = [], [], 0
+        cur_src.append(s)
+        cur_tgt.append(t)
+        used += n
+    if cur_src:
+        docs_src.append(" ".join(cur_src))
+        docs_tgt.append(" ".join(cur_tgt))
+    return docs_src, docs_tgt
 
 
 def main(argv=None):

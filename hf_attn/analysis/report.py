@@ -9,7 +9,8 @@ references), per site (encoder self-, decoder self-, cross-attention) and layer:
 * top-p% mass: the share of a row's weight held by its largest p% of entries (ReLUFormer paper, Section 3.4).
 
 Writes the figures as JSON (``--output``) and one plot per model (``--plot_dir``): the statistics per layer, one
-line per site.
+line per site. ``--figures NAME,...`` (or ``all``) adds the papers' tables and figures listed below, each under
+``"figures"`` in the JSON and as ``<run>_<figure>.png`` in ``--plot_dir``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from .common import tokenized_batches
 from .stats import collect_attentions, layer_statistics, plot_layer_statistics
 
 SITES = ("encoder", "decoder", "cross")
@@ -40,17 +42,10 @@ def attention_report(model, tokenizer, sources, references, batch_size: int = 16
     layer_sums: dict = {}
     mass_sums: dict = {}
     count = 0
-    starts = range(0, len(sources), batch_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        starts = tqdm(starts, desc="attention statistics", unit="batch")
-    for start in starts:
-        enc = tokenizer(sources[start : start + batch_size], text_target=references[start : start + batch_size],
-                        padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
-        attn = collect_attentions(model, enc["input_ids"], enc["attention_mask"], labels=labels)
-        n = enc["input_ids"].shape[0]
+    for batch in tokenized_batches(tokenizer, sources, references, batch_size, max_length, progress,
+                                   "attention statistics"):
+        attn = collect_attentions(model, **batch)
+        n = batch["input_ids"].shape[0]
         count += n
         for site, rows in layer_statistics(attn, tau, layout).items():
             sums = layer_sums.setdefault(site, [dict.fromkeys(LAYER_KEYS, 0.0) for _ in rows])
@@ -81,8 +76,10 @@ def format_report(name: str, report: dict) -> str:
 def main(argv=None, prog: str = "hf-attn analyze") -> dict:
     from ..errors import HfAttnInputError
     from ..rundir import load_model_dir, run_pairs
+    from . import figures
 
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=figures.help_text())
     p.add_argument("model_dirs", nargs="+", help="directories written by `hf-attn train` (or save_pretrained + tokenizer)")
     p.add_argument("--sentences", type=int, default=200, help="first N pairs of the split (default 200)")
     p.add_argument("--split", default="test", choices=("test", "validation", "train"))
@@ -93,7 +90,9 @@ def main(argv=None, prog: str = "hf-attn analyze") -> dict:
     p.add_argument("--batch_size", "--batch-size", type=int, default=16)
     p.add_argument("--output", default=None, help="write the figures as JSON here")
     p.add_argument("--plot_dir", "--plot-dir", default=None, help="write <model>_attention.png here")
+    figures.add_arguments(p)
     a = p.parse_args(argv)
+    names = figures.check_arguments(a)
     if a.sentences < 1:
         raise HfAttnInputError(f"--sentences {a.sentences}: need at least 1")
     if not 0 < a.top_p <= 1:
@@ -115,6 +114,11 @@ def main(argv=None, prog: str = "hf-attn analyze") -> dict:
                                progress=len(src) > 4 * a.batch_size, tau=a.tau)
         rep["data"] = what
         rep["preset"] = getattr(model.config, "preset", None)
+        if names:
+            ctx = figures.Context(model, tokenizer, Path(d).name, src, ref, a)
+            if a.rank_null:
+                ctx.cache["rank_pairs"] = run_pairs(d, a.split, a.rank_null)[:2]
+            rep["figures"] = figures.run_figures(ctx, names)
         results[d] = rep
         print(format_report(Path(d).name, rep), flush=True)
         if a.plot_dir:

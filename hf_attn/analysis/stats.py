@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .common import pyplot, save_figure
+
 SITE_OUTPUTS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
 
 
@@ -193,10 +195,7 @@ def alignment_error_rate(predicted: set, sure: set, possible: set | None = None)
 
 def plot_layer_statistics(stats: dict, path, title: str = ""):
     """One panel per statistic, one line per site, layers on the x axis (like the ReLA paper's Figures 3 and 6)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = ["sparsity", "null_rate", "entropy", "head_diversity"]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
@@ -208,18 +207,12 @@ def plot_layer_statistics(stats: dict, path, title: str = ""):
         ax.grid(alpha=0.3)
     axes[0].legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_attention_heads(w: torch.Tensor, src_tokens, tgt_tokens, path, title: str = ""):
     """Heatmaps of one sentence's attention ``[H, T, S]``, one panel per head (null rows show as empty rows)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     heads = w.shape[0]
     fig, axes = plt.subplots(1, heads, figsize=(3.2 * heads, 0.25 * len(tgt_tokens) + 2), squeeze=False)
@@ -229,7 +222,4 @@ def plot_attention_heads(w: torch.Tensor, src_tokens, tgt_tokens, path, title: s
         ax.set_yticks(range(len(tgt_tokens)), tgt_tokens if h == 0 else [""] * len(tgt_tokens), fontsize=6)
         ax.set_title(f"head {h}")
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -303,7 +303,7 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         return None
 
     # ---------------------------------------------------------------------------------------------- test
-    from .generate import translate_texts
+    from ..generation import translate_texts
     from .metrics import score_translations
 
     model = trainer.model
@@ -421,7 +421,7 @@ def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = No
                  max_samples: int | None = None, write: bool = True) -> dict:
     """Re-score a saved model on its run's split (Bible/files/dataset from run_args.json) or on a file."""
     from ..rundir import load_model_dir, run_pairs
-    from .generate import translate_texts
+    from ..generation import translate_texts
     from .metrics import score_translations
 
     d = Path(model_dir)

@@ -11,7 +11,7 @@ def translate_texts(model, tokenizer, texts: list[str], num_beams: int = 4, leng
     from tqdm.auto import tqdm
 
     if num_beams < 1:
-        from ..errors import HfAttnInputError
+        from .errors import HfAttnInputError
 
         raise HfAttnInputError(f"--num_beams {num_beams}: need at least 1")
     if max_new_tokens is None:  # what `hf-attn train` stored: generation_config.max_length = max_new_tokens + 2
