@@ -154,6 +154,7 @@ class ForwardState:
     logs: dict = field(default_factory=dict)  # name -> [scalar tensors], averaged into ``aux_logs``
     layer_stats: dict = field(default_factory=dict)  # (variant, site, layer) -> statistics for `model_losses`
     details: dict | None = None  # "site.layer" -> {name: tensor}: the variants' internal maps, when asked for
+    shared: dict = field(default_factory=dict)  # values computed once per pass and read by several layers (RAN)
     mode: str = "default"  # "perturbed": attention calibration's perturbed decoder pass
 
     def log(self, name: str, value: torch.Tensor) -> None:

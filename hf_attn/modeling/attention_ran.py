@@ -101,7 +101,6 @@ class RanStack(nn.Module):
         self.transition = RanTransition(config)
         self._eval_key = None
         self._eval_mats: list[torch.Tensor] | None = None  # eval mode: [H, R, Lmax] float32 per layer
-        self._forward_mats: list[torch.Tensor] | None = None  # training: this forward's A_1..A_L rows
 
     def init_variant_weights(self, init):
         init.xavier_uniform_(self.initial_attention)  # released code: nn.init.xavier_uniform_(randatt)
@@ -116,7 +115,7 @@ class RanStack(nn.Module):
         return super().train(mode)
 
     def clear_cache(self) -> None:
-        self._eval_key, self._eval_mats, self._forward_mats = None, None, None
+        self._eval_key, self._eval_mats = None, None
 
     # ---- A_1..A_L ------------------------------------------------------------------------------------------------
     def recurrence(self, a0: torch.Tensor) -> list[torch.Tensor]:
@@ -138,11 +137,12 @@ class RanStack(nn.Module):
             return False
         return not torch.is_grad_enabled() or not any(p.requires_grad for p in self.parameters())
 
-    def layer_logits(self, step: int, rows: int) -> torch.Tensor:
+    def layer_logits(self, step: int, rows: int, shared: dict | None = None) -> torch.Tensor:
         """A_{step+1} for query rows ``0..rows-1`` (at least), float32 ``[H, >=rows, Lmax]``.
 
-        Training (or any graph-building call): computed for all layers when the stack's first layer asks, reused
-        by the others in the same forward. Eval: cached across forwards and decoding steps.
+        Training (or any graph-building call): computed for all layers when the stack's first layer asks and kept
+        in ``shared`` (the forward pass's `ForwardState.shared`) for the others. Eval: cached across forwards and
+        decoding steps until a parameter changes (the matrices do not depend on the input).
         """
         if self._cacheable():
             key = self._state_key()
@@ -156,11 +156,11 @@ class RanStack(nn.Module):
                 self._eval_mats = new if self._eval_mats is None else [
                     torch.cat([old, n], dim=1) for old, n in zip(self._eval_mats, new)
                 ]
-            self._forward_mats = None
             return self._eval_mats[step]
-        mats = self._forward_mats
+        shared = {} if shared is None else shared
+        mats = shared.get(id(self))
         if step == 0 or mats is None or mats[0].shape[1] < rows:
-            mats = self._forward_mats = self.recurrence(self.initial_attention[:, :rows])
+            mats = shared[id(self)] = self.recurrence(self.initial_attention[:, :rows])
         return mats[step]
 
     def matrices(self, length: int | None = None) -> list[torch.Tensor]:
@@ -324,7 +324,7 @@ class RecurrentAttention(PositionalAttention):
         check_length(max(src_len, past + tgt_len), self.max_len, self.variant, "ran_max_positions")
         if past == 0 and self.ran_step == 0:  # once per stack and input (never per decoding step: no sync)
             check_right_padding(keep, self.variant, self.site)
-        a = self.ran_stack.layer_logits(self.ran_step, past + tgt_len)
+        a = self.ran_stack.layer_logits(self.ran_step, past + tgt_len, None if ctx.state is None else ctx.state.shared)
         logits = a[:, past : past + tgt_len, :src_len]  # cached decoding: the row of the current position
         return positional_softmax(logits, keep, v, self.ran_dropout, self.training, output_attentions)  # Eq. 2
 
