@@ -366,7 +366,7 @@ def test_chunked_training_with_dropout_is_finite():
 # analysis: entropy / top-p% mass summaries (hf_attn.analysis.reluformer)
 # ---------------------------------------------------------------------------------------------------------------
 def test_top_p_mass_by_hand():
-    from hf_attn.analysis.reluformer import top_p_mass
+    from hf_attn.analysis.stats import top_p_mass
 
     w = torch.tensor([[[[4.0, 3.0, 2.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]]]])
     keep = torch.tensor([[True, True, True, True, False], [True, True, True, True, True]])[None, None]

@@ -16,47 +16,20 @@ from __future__ import annotations
 
 import torch
 
-from .common import tokenized_batches
-from .stats import collect_attentions, layer_statistics
+from .stats import collect_attentions, layer_statistics, top_p_mass
 
 
-def top_p_mass(w: torch.Tensor, keep: torch.Tensor, p: float = 0.1) -> float:
-    """Mean over live rows of the weight share of the top ``ceil(p * n)`` entries (n = visible keys of the row)."""
-    keep = keep.expand_as(w)
-    w = (w.clamp(min=0) * keep).float()
-    total = w.sum(-1)
-    live = keep.any(-1) & (total > 0)
-    if not live.any():
-        return float("nan")
-    sorted_w = w.sort(-1, descending=True).values.cumsum(-1)
-    k = (keep.sum(-1).float() * p).ceil().clamp(min=1).long()
-    top = sorted_w.gather(-1, (k - 1).unsqueeze(-1)).squeeze(-1)
-    return float((top / total.clamp(min=1e-12))[live].mean())
-
-
-@torch.no_grad()
 def attention_summary(model, tokenizer, sources, references, batch_size: int = 16, max_length: int = 128,
                       top_p: float = 0.1) -> dict:
-    """``{site: {"entropy", "sparsity", "null_rate", "top_p_mass"}, "mean_entropy": ...}``, averaged over layers and
-    batches (each batch weighted by its number of sentences)."""
-    sums: dict = {}
-    count = 0
-    for batch in tokenized_batches(tokenizer, sources, references, batch_size, max_length):
-        attn = collect_attentions(model, **batch)
-        stats = layer_statistics(attn)
-        n = batch["input_ids"].shape[0]
-        count += n
-        for site, rows in stats.items():
-            site_sums = sums.setdefault(site, {"entropy": 0.0, "sparsity": 0.0, "null_rate": 0.0, "top_p_mass": 0.0})
-            for key in ("entropy", "sparsity", "null_rate"):
-                site_sums[key] += n * sum(r[key] for r in rows) / len(rows)
-            masses = [top_p_mass(w, attn[site].keep, top_p) for w in attn[site].weights]
-            site_sums["top_p_mass"] += n * sum(masses) / len(masses)
-    out = {site: {k: v / count for k, v in s.items()} for site, s in sums.items()}
-    out["mean_entropy"] = sum(out[s]["entropy"] for s in sums) / len(sums)
-    out["top_p"] = top_p
-    out["sentences"] = count
-    return out
+    """``{site: {"entropy", "sparsity", "null_rate", "top_p_mass"}, "mean_entropy", "top_p", "sentences"}``: the
+    site figures of `report.attention_report` (means over layers and sentences) and their mean entropy."""
+    from .report import attention_report
+
+    rep = attention_report(model, tokenizer, sources, references, batch_size, max_length, top_p)
+    keys = ("entropy", "sparsity", "null_rate", "top_p_mass")
+    out = {site: {k: figures[k] for k in keys} for site, figures in rep["sites"].items()}
+    out["mean_entropy"] = sum(out[s]["entropy"] for s in rep["sites"]) / len(rep["sites"])
+    return {**out, "top_p": top_p, "sentences": rep["sentences"]}
 
 
 TOP_P_VALUES = (0.005, 0.01, 0.015, 0.05, 0.1)  # Figure 4 shows up to the top 1.5%; Figure 2 wider shares

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .common import tokenized_batches
-from .stats import collect_attentions, layer_statistics, plot_layer_statistics
+from .stats import collect_attentions, layer_statistics, plot_layer_statistics, top_p_mass
 
 SITES = ("encoder", "decoder", "cross")
 LAYER_KEYS = ("sparsity", "null_rate", "entropy", "head_diversity")
@@ -34,7 +34,6 @@ def attention_report(model, tokenizer, sources, references, batch_size: int = 16
     """``{"layers": {site: [{"layer", "sparsity", "null_rate", "entropy", "head_diversity"}, ...]},
     "sites": {site: {...same keys..., "top_p_mass"}}, "sentences": N, "top_p": p}``: means over sentences (each
     batch weighted by its number of sentences); the site figures are the mean over its layers."""
-    from .reluformer import top_p_mass
 
     if not sources:
         raise ValueError("attention_report needs at least one sentence pair")

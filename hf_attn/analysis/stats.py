@@ -115,6 +115,21 @@ def entropy(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return (h * live).sum((0, 2)) / live.sum((0, 2)).clamp(min=1)
 
 
+def top_p_mass(w: torch.Tensor, keep: torch.Tensor, p: float = 0.1) -> float:
+    """Top-p% score mass (ReLUFormer paper, Section 3.4, Figures 2 and 4): the mean over live rows of the weight
+    share of the top ``ceil(p * n)`` entries (n = visible keys of the row; higher = more centralised)."""
+    keep = keep.expand_as(w)
+    w = (w.clamp(min=0) * keep).float()
+    total = w.sum(-1)
+    live = keep.any(-1) & (total > 0)
+    if not live.any():
+        return float("nan")
+    sorted_w = w.sort(-1, descending=True).values.cumsum(-1)
+    k = (keep.sum(-1).float() * p).ceil().clamp(min=1).long()
+    top = sorted_w.gather(-1, (k - 1).unsqueeze(-1)).squeeze(-1)
+    return float((top / total.clamp(min=1e-12))[live].mean())
+
+
 def head_distributions(w: torch.Tensor, keep: torch.Tensor, tau: float = 1.0, relu_weights: bool = False) -> torch.Tensor:
     """Each visible row as a distribution over ``S + 1`` slots (the last one a dummy slot), for head diversity.
 

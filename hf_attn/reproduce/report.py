@@ -14,6 +14,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from ..analysis.common import pyplot, save_figure
+
 SITES = ("encoder", "decoder", "cross")
 STATS = ("sparsity", "null_rate", "entropy", "head_diversity")
 
@@ -166,17 +168,8 @@ def seed_spread(records: list[dict]) -> tuple[list[str], dict]:
 
 
 # -------------------------------------------------------------------------------------------------- plots
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_validation_curves(records: list[dict], path: Path, title: str) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for r in records:
         curve = (r.get("results") or {}).get("curves", {}).get("validation_loss") or []
@@ -190,15 +183,12 @@ def plot_validation_curves(records: list[dict], path: Path, title: str) -> Path:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_scores(runs: list[dict], sig: dict, path: Path, title: str) -> Path:
     """BLEU and chrF per preset with the 95% bootstrap interval of each system."""
-    plt = _plt()
+    plt = pyplot()
     done = [r for r in runs if r["status"] == "complete"]
     fig, axes = plt.subplots(1, 2, figsize=(max(6, 0.6 * len(done) + 3), 4.5))
     for ax, metric in zip(axes, ("bleu", "chrf")):
@@ -212,16 +202,12 @@ def plot_scores(runs: list[dict], sig: dict, path: Path, title: str) -> Path:
         ax.set_xticks(range(len(done)), names, rotation=60, ha="right", fontsize=8)
         ax.set_ylabel(f"{'BLEU' if metric == 'bleu' else 'chrF'} (test, 95% bootstrap CI)")
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def plot_attention_stats(runs: list[dict], path: Path, title: str) -> Path:
     """One panel per (statistic, site), one bar per preset."""
-    plt = _plt()
+    plt = pyplot()
     done = [r for r in runs if r["status"] == "complete"]
     fig, axes = plt.subplots(len(STATS), len(SITES), figsize=(4 * len(SITES), 2.4 * len(STATS)), squeeze=False)
     for i, stat in enumerate(STATS):
@@ -233,11 +219,7 @@ def plot_attention_stats(runs: list[dict], path: Path, title: str) -> Path:
                           [""] * len(done), rotation=70, ha="right", fontsize=7)
             ax.set_title(f"{site}: {stat.replace('_', ' ')}", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 # -------------------------------------------------------------------------------------------------- the report

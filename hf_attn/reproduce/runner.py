@@ -164,7 +164,7 @@ def variant_figures(model, tokenizer, sources, references, batch_size: int = 16)
     source tokens a mask removes (m < 0.5) and the share of the importance 1 - m held by the top 10% of tokens."""
     from ..analysis.calibration import calibration_maps, calibration_modules
     from ..analysis.gmm import gate_values, gmm_modules, mean_gate_per_layer
-    from ..analysis.reluformer import top_p_mass
+    from ..analysis.stats import top_p_mass
 
     batches = []
     for start in range(0, len(sources), batch_size):
