@@ -144,17 +144,63 @@ def cmd_push(argv) -> int:
     return 0
 
 
-def cmd_analyze(argv) -> int:
-    from .analysis.report import main as analyze_main
+def analyze_parser() -> argparse.ArgumentParser:
+    from .analysis import figures, report
 
-    analyze_main(argv)
+    p = argparse.ArgumentParser(prog="hf-attn analyze", description=report.__doc__, epilog=figures.help_text(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dirs", nargs="+", help="directories written by `hf-attn train` (or save_pretrained + tokenizer)")
+    p.add_argument("--sentences", type=int, default=200, help="first N pairs of the split (default 200)")
+    p.add_argument("--split", default="test", choices=("test", "validation", "train"))
+    p.add_argument("--test_file", "--test-file", default=None, help="pairs from this file instead of the run's data")
+    p.add_argument("--top_p", "--top-p", type=float, default=0.1, help="fraction for the top-p%% mass (default 0.1)")
+    p.add_argument("--tau", type=float, default=1.0, help="head-diversity temperature for ReLA's ReLU weights: "
+                   "softmax(w ** tau) (ReLA paper Table 6: smaller tau, smoother distributions; default 1)")
+    p.add_argument("--batch_size", "--batch-size", type=int, default=16)
+    p.add_argument("--output", default=None, help="write the figures as JSON here")
+    p.add_argument("--plot_dir", "--plot-dir", default=None, help="write <model>_attention.png here")
+    figures.add_arguments(p)
+    return p
+
+
+def cmd_analyze(argv) -> int:
+    from .analysis.report import analyze_dirs
+
+    analyze_dirs(analyze_parser().parse_args(argv))
     return 0
 
 
-def cmd_reproduce(argv) -> int:
-    from .reproduce.runner import main as reproduce_main
+def reproduce_parser() -> argparse.ArgumentParser:
+    from .reproduce import runner
 
-    return reproduce_main(argv)
+    p = argparse.ArgumentParser(
+        prog="hf-attn reproduce", formatter_class=argparse.RawDescriptionHelpFormatter, description=runner.__doc__,
+        epilog="Flags after `--` go to every `hf-attn train` run (e.g. -- --train_file F.jsonl --d_model 512).")
+    p.add_argument("--presets", default="softmax,rela-g", help="comma-separated presets (softmax is the baseline)")
+    p.add_argument("--pairs", default="de-en", help="comma-separated SOURCE-TARGET pairs: Bible codes "
+                   "(`hf-attn corpora`), or the language keys of --train_file/--dataset given after --")
+    p.add_argument("--steps", default="600", help="comma-separated training budgets in optimizer steps")
+    p.add_argument("--seeds", default="42", help="comma-separated seeds (42 = the main job's)")
+    p.add_argument("--base", default="marian", choices=("marian", "bart"))
+    p.add_argument("--output_dir", "--output-dir", default="results", help="records and the report (default results)")
+    p.add_argument("--runs_dir", "--runs-dir", default=os.path.join("runs", "reproduce"),
+                   help="model directories and checkpoints (default runs/reproduce)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's; use 1 with --jobs 2 on 2 cores)")
+    p.add_argument("--sentences", type=int, default=200, help="pairs for the probe and attention statistics (default 200)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (default 1000, sacrebleu's)")
+    p.add_argument("--report_only", "--report-only", action="store_true", help="only rebuild the report from the records")
+    p.add_argument("--readme", default=None, help="also rewrite this README's block between <!-- reproduce-headline:start "
+                   "--> and <!-- reproduce-headline:end --> with the report's headline table")
+    return p
+
+
+def cmd_reproduce(argv) -> int:
+    from .reproduce.runner import reproduce
+
+    train_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    a = reproduce_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    return reproduce(a, train_args, " ".join(["hf-attn", "reproduce", *argv]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,14 +73,3 @@ def long_documents(tokenizer, sources, targets, limit: int) -> tuple[list[str], 
         docs_src.append(" ".join(cur_src))
         docs_tgt.append(" ".join(cur_tgt))
     return docs_src, docs_tgt
-
-
-def main(argv=None):
-    """``python -m hf_attn.analysis.reluformer DIR ...`` = ``hf-attn analyze DIR ...`` (same flags)."""
-    from .report import main as report_main
-
-    return report_main(argv, prog="python -m hf_attn.analysis.reluformer")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -15,7 +15,6 @@ line per site. ``--figures NAME,...`` (or ``all``) adds the papers' tables and f
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -72,25 +71,11 @@ def format_report(name: str, report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None, prog: str = "hf-attn analyze") -> dict:
+def check_options(a) -> list[str]:
+    """Validate `hf-attn analyze`'s options (one clear error each); returns the figure names asked for."""
     from ..errors import HfAttnInputError
-    from ..rundir import load_model_dir, run_pairs
     from . import figures
 
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=figures.help_text())
-    p.add_argument("model_dirs", nargs="+", help="directories written by `hf-attn train` (or save_pretrained + tokenizer)")
-    p.add_argument("--sentences", type=int, default=200, help="first N pairs of the split (default 200)")
-    p.add_argument("--split", default="test", choices=("test", "validation", "train"))
-    p.add_argument("--test_file", "--test-file", default=None, help="pairs from this file instead of the run's data")
-    p.add_argument("--top_p", "--top-p", type=float, default=0.1, help="fraction for the top-p%% mass (default 0.1)")
-    p.add_argument("--tau", type=float, default=1.0, help="head-diversity temperature for ReLA's ReLU weights: "
-                   "softmax(w ** tau) (ReLA paper Table 6: smaller tau, smoother distributions; default 1)")
-    p.add_argument("--batch_size", "--batch-size", type=int, default=16)
-    p.add_argument("--output", default=None, help="write the figures as JSON here")
-    p.add_argument("--plot_dir", "--plot-dir", default=None, help="write <model>_attention.png here")
-    figures.add_arguments(p)
-    a = p.parse_args(argv)
     names = figures.check_arguments(a)
     if a.sentences < 1:
         raise HfAttnInputError(f"--sentences {a.sentences}: need at least 1")
@@ -100,6 +85,16 @@ def main(argv=None, prog: str = "hf-attn analyze") -> dict:
         raise HfAttnInputError(f"--tau {a.tau}: need a temperature > 0, e.g. 0.5")
     if a.batch_size < 1:
         raise HfAttnInputError(f"--batch_size {a.batch_size}: need at least 1")
+    return names
+
+
+def analyze_dirs(a) -> dict:
+    """`hf-attn analyze`: the statistics (and the asked-for figures) of each model directory in ``a.model_dirs``."""
+    from ..errors import HfAttnInputError
+    from ..rundir import load_model_dir, run_pairs
+    from . import figures
+
+    names = check_options(a)
     results = {}
     print(f"{'model':<28} {'site':<8} {'sparsity':>8} {'null rate':>9} {'entropy':>8} {'head div.':>9} "
           f"{'top-' + format(a.top_p, '.0%') + ' mass':>9}")

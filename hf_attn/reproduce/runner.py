@@ -15,7 +15,6 @@ papers' "does not converge" rows) and not tried again; delete its record to retr
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -257,35 +256,10 @@ def remember_plan(output_dir: Path, specs: list[RunSpec]) -> None:
     path.write_text(json.dumps(plan, indent=1) + "\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="hf-attn reproduce", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
-        epilog="Flags after `--` go to every `hf-attn train` run (e.g. -- --train_file F.jsonl --d_model 512).")
-    p.add_argument("--presets", default="softmax,rela-g", help="comma-separated presets (softmax is the baseline)")
-    p.add_argument("--pairs", default="de-en", help="comma-separated SOURCE-TARGET pairs: Bible codes "
-                   "(`hf-attn corpora`), or the language keys of --train_file/--dataset given after --")
-    p.add_argument("--steps", default="600", help="comma-separated training budgets in optimizer steps")
-    p.add_argument("--seeds", default="42", help="comma-separated seeds (42 = the main job's)")
-    p.add_argument("--base", default="marian", choices=("marian", "bart"))
-    p.add_argument("--output_dir", "--output-dir", default="results", help="records and the report (default results)")
-    p.add_argument("--runs_dir", "--runs-dir", default=os.path.join("runs", "reproduce"),
-                   help="model directories and checkpoints (default runs/reproduce)")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's; use 1 with --jobs 2 on 2 cores)")
-    p.add_argument("--sentences", type=int, default=200, help="pairs for the probe and attention statistics (default 200)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (default 1000, sacrebleu's)")
-    p.add_argument("--report_only", "--report-only", action="store_true", help="only rebuild the report from the records")
-    p.add_argument("--readme", default=None, help="also rewrite this README's block between <!-- reproduce-headline:start "
-                   "--> and <!-- reproduce-headline:end --> with the report's headline table")
-    return p
-
-
-def main(argv=None) -> int:
+def reproduce(a, train_args: list[str], command: str) -> int:
+    """`hf-attn reproduce` (options ``a`` from the CLI's parser; ``train_args`` go to every run)."""
     from .report import write_report
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    train_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    a = build_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     for flag, v, lo in (("--jobs", a.jobs, 1), ("--sentences", a.sentences, 2), ("--bootstrap", a.bootstrap, 100)):
         if v < lo:
             raise HfAttnInputError(f"{flag} {v}: need at least {lo}")
@@ -303,7 +277,7 @@ def main(argv=None) -> int:
         remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)
     readme = Path(a.readme) if a.readme else None
-    path = write_report(output_dir, a.bootstrap, " ".join(["hf-attn", "reproduce", *argv]), readme)
+    path = write_report(output_dir, a.bootstrap, command, readme)
     print(f"[hf-attn] wrote {path}")
     if failed:
         raise HfAttnInputError(f"{len(failed)} run(s) stopped: {', '.join(failed)}; run the same command again to "
