@@ -10,7 +10,7 @@
                     (the five papers' tables and figures; `hf-attn analyze --help` lists them)
     hf-attn reproduce [--presets P,...] [--pairs de-en,...] [--steps 600] [--seeds 42] [--output_dir results]
                       (a matrix of runs -> results/REPORT.md with significance tests, claims and plots)
-    hf-attn presets
+    hf-attn presets [--verbose]                           (--verbose: settings, and every variant's hyperparameters)
     hf-attn corpora
 
 Bad input gives one line ``hf-attn: error: ...`` and exit code 2.
@@ -46,11 +46,35 @@ def _errors():
 def cmd_presets(argv) -> int:
     from . import PRESETS
 
-    argparse.ArgumentParser(prog="hf-attn presets", description="list the attention presets").parse_args(argv)
+    ap = argparse.ArgumentParser(prog="hf-attn presets", description="list the attention presets")
+    ap.add_argument("--verbose", "-v", action="store_true",
+                    help="also each preset's settings and paper, and every variant's hyperparameters (type, "
+                         "default, valid values, help): the `hf-attn train` flags")
+    a = ap.parse_args(argv)
     width = max(len(n) for n in PRESETS)
     for name, p in PRESETS.items():
         print(f"{name:<{width}}  {p.description}")
+        if a.verbose:
+            settings = ", ".join(f"{k}={v!r}" for k, v in p.overrides.items())
+            print(f"{'':<{width}}    {settings}\n{'':<{width}}    {p.paper}")
+    if a.verbose:
+        print(describe_variants())
     return 0
+
+
+def describe_variants() -> str:
+    """Every attention variant: sites, description and its hyperparameters (the `hf-attn train` flags)."""
+    from . import ATTENTION_VARIANTS
+
+    lines = ["", "variants and their hyperparameters (flags of `hf-attn train`: --NAME VALUE):"]
+    for name, cls in ATTENTION_VARIANTS.items():
+        lines += ["", f"{name} (sites: {', '.join(cls.sites)}): {cls.description}"]
+        for hp in cls.hyperparameters:
+            lines.append(f"  --{hp.name} {hp.type_name()}: {hp.valid_values()}; default {hp.initial()!r}")
+            lines.append(f"      {hp.help}")
+        if not cls.hyperparameters:
+            lines.append("  (no hyperparameters)")
+    return "\n".join(lines)
 
 
 def cmd_corpora(argv) -> int:

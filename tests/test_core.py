@@ -92,7 +92,7 @@ def test_import_registers_auto_classes(tmp_path):
         ({"cross_attention": ["rela"]}, r"cross_attention lists 1 variants but the model has 2 layers"),
         ({"decoder_attention_layers": [5]}, r"decoder_attention_layers=\[5\]: need layer indices in 0..1"),
         ({"rela_norm": "batchnorm"}, r"rela_norm='batchnorm' is not valid; choose one of \['rmsnorm', 'layernorm', 'none'\]"),
-        ({"rela_eps": 0.0}, r"rela_eps=0.0 must be > 0"),
+        ({"rela_eps": 0.0}, r"rela_eps=0.0 must be a finite number > 0 \(default 1e-08: "),
         ({"rela_nrom": "rmsnorm"}, r"unknown attention hyperparameter 'rela_nrom' \(did you mean 'rela_norm'\?\)"),
     ],
 )

@@ -39,13 +39,14 @@ def padded_length_n(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# names: the variant `relu` is ReLUFormer; the preset `relu` is ReLA without norm
+# names: the variant `reluformer` (`relu` before) is ReLUFormer; the preset `relu` is ReLA without norm
 # ---------------------------------------------------------------------------------------------------------------
 def test_variant_and_presets_are_registered_without_ambiguity():
-    assert hf_attn.ATTENTION_VARIANTS["relu"] is rf.ReluFormerAttention
+    assert hf_attn.ATTENTION_VARIANTS["reluformer"] is rf.ReluFormerAttention
+    assert "relu" not in hf_attn.ATTENTION_VARIANTS
     for name in PRESETS:
         layout = tiny_config("marian", name).attention_layout()
-        assert all(v == "relu" for site in layout.values() for v in site)
+        assert all(v == "reluformer" for site in layout.values() for v in site)
     assert tiny_config("marian", "relu").attention_layout()["encoder"] == ["rela", "rela"]  # the ReLA preset
     assert "not ReLA" in rf.ReluFormerAttention.description
     assert tiny_config("marian", "reluformer-no-scale").reluformer_scale is False
@@ -67,6 +68,29 @@ def test_variant_and_presets_are_registered_without_ambiguity():
 def test_config_errors_name_value_and_limit(key, value, fragment):
     with pytest.raises(HfAttnConfigError, match=fragment.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         tiny_config("marian", "reluformer", **{key: value})
+
+
+def test_configs_saved_with_the_old_variant_name_load(tmp_path):
+    """config.json files written when the variant was called `relu` load as `reluformer` (single name and lists)."""
+    import json
+
+    config = tiny_config("marian", "reluformer", reluformer_gamma=2.0)
+    config.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    assert saved["encoder_attention"] == "reluformer"
+    saved.update(encoder_attention="relu", decoder_attention=["relu", "softmax"], cross_attention="relu")
+    path.write_text(json.dumps(saved))
+    loaded = hf_attn.HfAttnMarianConfig.from_pretrained(tmp_path)
+    assert loaded.encoder_attention == "reluformer" and loaded.decoder_attention == ["reluformer", "softmax"]
+    assert loaded.attention_layout() == {
+        "encoder": ["reluformer", "reluformer"],
+        "decoder": ["reluformer", "softmax"],
+        "cross": ["reluformer", "reluformer"],
+    }
+    assert loaded.reluformer_gamma == 2.0
+    model = hf_attn.HfAttnMarianMTModel(loaded)
+    assert isinstance(model.attention_modules("encoder")[0], rf.ReluFormerAttention)
 
 
 def test_unknown_hyperparameter_is_named():

@@ -77,7 +77,7 @@ from torch import nn
 from .attention_base import (
     FORWARD_STATE_KWARG,
     ForwardState,
-    HfAttnConfigError,
+    Hyperparameter,
     Preset,
     VariantAttention,
     float32_autocast_off,
@@ -114,14 +114,20 @@ class CalibratedAttention(VariantAttention):
         "(Lu et al. 2021)"
     )
     sites = ("cross",)
-    config_defaults = {  # noqa: RUF012 (read-only, as in every variant)
-        "calibration_fusion": "gate",  # Eq. 8-10: "fixed", "fixed_softmax" (Eq. 8 as printed), "anneal", "gate"
-        "calibration_lambda": 0.1,  # fixed fusion weight (Section 4.2)
-        "calibration_anneal_steps": 100000.0,  # Eq. 9: r = exp(-step / calibration_anneal_steps)
-        "calibration_alpha": DEFAULT_ALPHA,  # Eq. 5 penalty weight, rescaled for a mean loss (docstring)
-        "calibration_gate_per_head": False,  # Eq. 10: released code shares W_g over heads; True = per head (paper)
-        "calibration_label_smoothing": 0.1,  # of CE_p in L_phi (the released criterion smooths it)
-    }
+    hyperparameters = (
+        Hyperparameter("calibration_fusion", str, "gate", "fusion of a and a_c: fixed (Eq. 8 as released), "
+                       "fixed_softmax (Eq. 8 as printed), anneal (Eq. 9), gate (Eq. 10) (Lu et al. 2021)", choices=FUSIONS),
+        Hyperparameter("calibration_lambda", float, 0.1, "weight of a_c in the fixed fusion (Lu et al. 2021, Sec. "
+                       "4.2)", low=0.0),
+        Hyperparameter("calibration_anneal_steps", float, 100000.0, "T in r = exp(-step / T) of the anneal fusion "
+                       "(Lu et al. 2021, Eq. 9: 1e5 optimiser steps)", low=0.0, low_open=True),
+        Hyperparameter("calibration_alpha", float, DEFAULT_ALPHA, "mask penalty weight (Lu et al. 2021, Eq. 5: 0.03 "
+                       "for a summed loss, rescaled for a mean loss)", low=0.0),
+        Hyperparameter("calibration_gate_per_head", bool, False, "one gate W_g per head (Lu et al. 2021, Eq. 10) "
+                       "instead of one shared over heads (released code)"),
+        Hyperparameter("calibration_label_smoothing", float, 0.1, "label smoothing of CE_p in the perturbation loss "
+                       "(released criterion of Lu et al. 2021: 0.1; 0 = plain CE)", low=0.0, high=1.0, high_open=True),
+    )
     presets = (
         Preset(
             "calibration-fixed",
@@ -146,33 +152,6 @@ class CalibratedAttention(VariantAttention):
     )
 
     # ---- configuration ----------------------------------------------------------------------------------------
-    @classmethod
-    def validate_config(cls, config):
-        fusion = config.calibration_fusion
-        if fusion not in FUSIONS:
-            raise HfAttnConfigError(f"calibration_fusion={fusion!r} is not valid; choose one of {list(FUSIONS)}")
-        checks = (
-            ("calibration_lambda", 0.0, False, "the paper uses 0.1"),
-            ("calibration_alpha", 0.0, False, f"default {DEFAULT_ALPHA}, the paper's 0.03 rescaled for a mean loss"),
-            ("calibration_anneal_steps", 0.0, True, "the paper uses 1e5 optimiser steps"),
-        )
-        for key, low, strict_low, hint in checks:
-            value = getattr(config, key)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            ok = ok and (value > low if strict_low else value >= low)
-            if not ok:
-                bound = "> 0" if strict_low else ">= 0"
-                raise HfAttnConfigError(f"{key}={value!r} must be a finite number {bound} ({hint})")
-        ls = config.calibration_label_smoothing
-        if isinstance(ls, bool) or not isinstance(ls, (int, float)) or not 0 <= ls < 1:
-            raise HfAttnConfigError(
-                f"calibration_label_smoothing={ls!r} must be in [0, 1) (the released criterion uses 0.1; 0 = plain CE)"
-            )
-        if not isinstance(config.calibration_gate_per_head, bool):
-            raise HfAttnConfigError(
-                f"calibration_gate_per_head={config.calibration_gate_per_head!r} must be true or false"
-            )
-
     def setup(self, config):
         self.fusion = config.calibration_fusion
         self.calibration_lambda = float(config.calibration_lambda)

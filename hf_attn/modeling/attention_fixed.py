@@ -26,7 +26,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Preset, float32_autocast_off, nonempty, source_padding, weighted_values
+from .attention_base import Hyperparameter, Preset, float32_autocast_off, nonempty, source_padding, weighted_values
 from .attention_positional import (
     PositionalAttention,
     check_length,
@@ -42,28 +42,26 @@ SYNTHESIZER_INITS = ("xavier_uniform", "ones")
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-def _offsets_ok(value) -> bool:
-    return (
-        isinstance(value, (list, tuple))
-        and len(value) > 0
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
-    )
-
-
 class HardGaussianAttention(PositionalAttention):
     """Fixed Gaussian attention around a per-head offset of the query position (You et al. 2020)."""
 
     variant = "hard-gaussian"
     description = "hard-coded Gaussian attention: fixed N(i + offset, 1) over positions (You et al. 2020)"
     sites = ("encoder", "decoder", "cross")
-    config_defaults = {
-        "hard_gaussian_std": 1.0,
-        "hard_gaussian_encoder_offsets": [-1, 1],  # centres i-1, i+1 (heads alternate)
-        "hard_gaussian_decoder_offsets": [-1, 0],  # centres i-1, i
-        "hard_gaussian_cross_offsets": [0],  # centre i * r
-        "hard_gaussian_length_ratio": 1.0,  # r: mean source / target length (the authors' word_count_ratio)
-        "hard_gaussian_normalize": False,  # the authors' code does not renormalise
-    }
+    hyperparameters = (
+        Hyperparameter("hard_gaussian_std", float, 1.0, "standard deviation sigma of the Gaussians, in positions "
+                       "(You et al. 2020: 1)", low=0.0, low_open=True),
+        Hyperparameter("hard_gaussian_encoder_offsets", list[int], [-1, 1], "encoder heads' centres i + offset, "
+                       "repeated over the heads (You et al. 2020: i-1, i+1)"),
+        Hyperparameter("hard_gaussian_decoder_offsets", list[int], [-1, 0], "decoder heads' centres i + offset, "
+                       "repeated over the heads; > 0 would be a masked future token (You et al. 2020: i-1, i)", high=0),
+        Hyperparameter("hard_gaussian_cross_offsets", list[int], [0], "cross-attention heads' centres i * r + "
+                       "offset, repeated over the heads (You et al. 2020: i * r)"),
+        Hyperparameter("hard_gaussian_length_ratio", float, 1.0, "r: mean source / target length (the "
+                       "word_count_ratio of You et al. 2020's code)", low=0.0, low_open=True),
+        Hyperparameter("hard_gaussian_normalize", bool, False, "renormalise the weights over the visible keys (You "
+                       "et al. 2020's code does not)"),
+    )
     presets = (
         Preset(
             "hard-gaussian",
@@ -80,31 +78,6 @@ class HardGaussianAttention(PositionalAttention):
             {"encoder_attention": "softmax", "decoder_attention": "softmax", "cross_attention": "hard-gaussian"},
         ),
     )
-
-    @classmethod
-    def validate_config(cls, config):
-        s = config.hard_gaussian_std
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s < math.inf:
-            raise HfAttnConfigError(f"hard_gaussian_std={s!r} must be a positive number of positions (paper: 1)")
-        for site in ("encoder", "decoder", "cross"):
-            key = f"hard_gaussian_{site}_offsets"
-            if not _offsets_ok(getattr(config, key)):
-                raise HfAttnConfigError(
-                    f"{key}={getattr(config, key)!r} must be a non-empty list of position offsets, one per head "
-                    "(repeated over the heads), e.g. [-1, 1]"
-                )
-        if any(x > 0 for x in config.hard_gaussian_decoder_offsets):
-            raise HfAttnConfigError(
-                f"hard_gaussian_decoder_offsets={config.hard_gaussian_decoder_offsets!r}: a positive offset centres "
-                "a decoder head on a future (masked) token; use offsets <= 0, e.g. [-1, 0]"
-            )
-        r = config.hard_gaussian_length_ratio
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
-            raise HfAttnConfigError(
-                f"hard_gaussian_length_ratio={r!r} must be a positive number (mean source length / target length)"
-            )
-        if not isinstance(config.hard_gaussian_normalize, bool):
-            raise HfAttnConfigError(f"hard_gaussian_normalize={config.hard_gaussian_normalize!r} must be true or false")
 
     def setup(self, config):
         self.std = float(config.hard_gaussian_std)
@@ -149,10 +122,12 @@ class SynthesizerAttention(PositionalAttention):
     variant = "synthesizer"
     description = "random Synthesizer: a trainable [H, Lmax, Lmax] attention matrix per layer (Tay et al. 2021)"
     sites = ("encoder", "decoder")
-    config_defaults = {
-        "synthesizer_max_positions": 256,  # Lmax (the RAN code's RandomAttention: maxlen = 256)
-        "synthesizer_init": "xavier_uniform",  # "ones" = the RAN code's Syn-R (uniform attention at start)
-    }
+    hyperparameters = (
+        Hyperparameter("synthesizer_max_positions", int, 256, "Lmax, the size of the learned [H, Lmax, Lmax] logits "
+                       "= the longest input (RandomAttention maxlen 256 in the code of Zeng et al. 2021)", low=1),
+        Hyperparameter("synthesizer_init", str, "xavier_uniform", "init of the logits R: xavier_uniform (Tay et al. "
+                       "2021), or ones = Syn-R of Zeng et al. 2021's code (uniform at start)", choices=SYNTHESIZER_INITS),
+    )
     presets = (
         Preset(
             "synthesizer",
@@ -162,18 +137,6 @@ class SynthesizerAttention(PositionalAttention):
             {"encoder_attention": "synthesizer", "decoder_attention": "synthesizer", "cross_attention": "softmax"},
         ),
     )
-
-    @classmethod
-    def validate_config(cls, config):
-        n = config.synthesizer_max_positions
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise HfAttnConfigError(
-                f"synthesizer_max_positions={n!r} must be a positive integer (the longest input, in tokens)"
-            )
-        if config.synthesizer_init not in SYNTHESIZER_INITS:
-            raise HfAttnConfigError(
-                f"synthesizer_init={config.synthesizer_init!r} is not valid; choose one of {list(SYNTHESIZER_INITS)}"
-            )
 
     @classmethod
     def max_positions(cls, config):

@@ -22,7 +22,8 @@ Variants (config switches; presets below):
                        mu lives on the module, resets when the cache is empty, and is reordered by beam search)
   gmm_share_mean / gmm_share_sigma / gmm_share_weight   one value for all K components (Table 3)
   gmm_fusion         gate (Eq. 13) | average (alpha + beta) / 2 | gmm_only (beta) | dot (alpha)     (Table 4)
-  gmm_layer_subset   all | top2 | middle2 | bottom2 (Table 5), resolved into ``cross_attention_layers``
+  gmm_layer_subset   all | top2 | middle2 | bottom2 (Table 5): the decoder layers that use GMM (the others use
+                     softmax), resolved by the config's layout (`layer_subset`); the config itself is not changed
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from torch import nn
 
 from .attention_base import (
     HfAttnConfigError,
+    Hyperparameter,
     Preset,
     VariantAttention,
     float32_autocast_off,
@@ -94,16 +96,21 @@ class GmmAttention(VariantAttention):
     variant = "gmm"
     description = "Gaussian-mixture cross-attention fused with dot-product attention by a learned gate (Zhang & Feng 2021)"
     sites = ("cross",)
-    config_defaults = {
-        "gmm_num_components": 4,  # K (Section 5.3: best at 4)
-        "gmm_normalization": "approximate",  # Table 1 / Table 2: "strict" (Our Method+Norm.), "synthesis"
-        "gmm_fusion": "gate",  # Table 4: "average", "gmm_only", "dot"
-        "gmm_share_mean": False,  # Table 3 ablations: one mu / sigma / weight for all components
-        "gmm_share_sigma": False,
-        "gmm_share_weight": False,
-        "gmm_sigma_min": 0.5,  # floor on sigma, in source positions (not in the paper; see validate_config)
-        "gmm_layer_subset": "all",  # Table 5: "top2", "middle2", "bottom2"
-    }
+    hyperparameters = (
+        Hyperparameter("gmm_num_components", int, 4, "Gaussian components K per head (Zhang & Feng 2021, Sec. 5.3: "
+                       "best at 4)", low=1),
+        Hyperparameter("gmm_normalization", str, "approximate", "approximate (Eq. 12), strict (Table 2 Our "
+                       "Method+Norm.) or synthesis (Table 2, Graves 2013) (Zhang & Feng 2021)", choices=NORMALIZATIONS),
+        Hyperparameter("gmm_fusion", str, "gate", "fusion with dot-product attention: gate (Eq. 13); average, "
+                       "gmm_only, dot are Table 4 ablations (Zhang & Feng 2021)", choices=FUSIONS),
+        Hyperparameter("gmm_share_mean", bool, False, "one mean for all components (Zhang & Feng 2021, Table 3)"),
+        Hyperparameter("gmm_share_sigma", bool, False, "one variance for all components (Zhang & Feng 2021, Table 3)"),
+        Hyperparameter("gmm_share_weight", bool, False, "equal component weights (Zhang & Feng 2021, Table 3)"),
+        Hyperparameter("gmm_sigma_min", float, 0.5, "floor on sigma in source positions, not in Zhang & Feng 2021: "
+                       "below ~0.5 the mixture at integer positions no longer sums to ~1", low=0.0, low_open=True),
+        Hyperparameter("gmm_layer_subset", str, "all", "decoder layers using GMM, softmax elsewhere: all, or top2 / "
+                       "middle2 / bottom2 (Zhang & Feng 2021, Table 5)", choices=LAYER_SUBSETS),
+    )
     presets = (
         Preset("gmm", "GMM cross-attention, approximate normalisation, gate fusion (Table 2, Our Method)", GMM_PAPER, _gmm()),
         Preset(
@@ -155,33 +162,10 @@ class GmmAttention(VariantAttention):
     # ---- configuration ----------------------------------------------------------------------------------------
     @classmethod
     def validate_config(cls, config):
-        for key, choices in (
-            ("gmm_normalization", NORMALIZATIONS),
-            ("gmm_fusion", FUSIONS),
-            ("gmm_layer_subset", LAYER_SUBSETS),
-        ):
-            if getattr(config, key) not in choices:
-                raise HfAttnConfigError(f"{key}={getattr(config, key)!r} is not valid; choose one of {list(choices)}")
-        k = config.gmm_num_components
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise HfAttnConfigError(f"gmm_num_components={k!r} must be an integer >= 1 (the paper uses 4)")
-        for key in ("gmm_share_mean", "gmm_share_sigma", "gmm_share_weight"):
-            if not isinstance(getattr(config, key), bool):
-                raise HfAttnConfigError(f"{key}={getattr(config, key)!r} must be true or false")
-        s = config.gmm_sigma_min
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s < math.inf:
-            raise HfAttnConfigError(
-                f"gmm_sigma_min={s!r} must be a positive number of source positions (default 0.5: below about half "
-                "a position the mixture evaluated at integer positions no longer sums to about 1)"
-            )
-        cls.resolve_layer_subset(config)
+        """``gmm_layer_subset`` against the decoder depth and ``cross_attention(_layers)`` (Table 5).
 
-    @classmethod
-    def resolve_layer_subset(cls, config):
-        """Turn ``gmm_layer_subset`` into ``cross_attention_layers`` for the config's decoder depth (Table 5).
-
-        Applies only when ``cross_attention == "gmm"``; other layers then use softmax. An explicit, different
-        ``cross_attention_layers`` is an error (set one of the two).
+        The subset applies only when ``cross_attention == "gmm"``; other layers then use softmax. An explicit,
+        different ``cross_attention_layers`` is an error (set one of the two). Reads the config, never changes it.
         """
         subset = config.gmm_layer_subset
         choice = config.cross_attention
@@ -203,7 +187,13 @@ class GmmAttention(VariantAttention):
                 f"gmm_layer_subset={subset!r} selects decoder layers {layers} but cross_attention_layers={given!r} "
                 "was also given; set only one of them (gmm_layer_subset='all' to use cross_attention_layers)"
             )
-        config.cross_attention_layers = layers
+
+    @classmethod
+    def layer_subset(cls, config, site):
+        """GMM's cross-attention layers for ``gmm_layer_subset`` and the config's decoder depth (Table 5)."""
+        if site != "cross" or config.gmm_layer_subset == "all":
+            return None
+        return subset_layers(config.gmm_layer_subset, config.decoder_layers)
 
     def setup(self, config):
         self.num_components = config.gmm_num_components

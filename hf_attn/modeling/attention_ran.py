@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Preset, float32_autocast_off
+from .attention_base import HfAttnConfigError, Hyperparameter, Preset, float32_autocast_off
 from .attention_positional import PositionalAttention, check_length, check_right_padding, positional_softmax
 
 RAN_PAPER = "Zeng et al. 2021, Recurrent Attention for Neural Machine Translation (EMNLP)"
@@ -190,14 +190,21 @@ class RecurrentAttention(PositionalAttention):
     variant = "recurrent"
     description = "RAN: learned input-independent attention matrices refined layer by layer (Zeng et al. 2021)"
     sites = ("encoder", "decoder")
-    config_defaults = {
-        "ran_max_positions": 256,  # Lmax (released code: maxlen = 256; the paper drops sentences > 256 words)
-        "ran_transition": "ffn",  # released code; "tanh_layernorm" = paper Eq. 3
-        "ran_transition_dim": None,  # FFN hidden size; None = 4 * ran_max_positions (1024 in the released code)
-        "ran_freeze_initial": False,  # Table 3: fixed A_0
-        "ran_attention_dropout": 0.2,  # Sec. 3.1 (0 for En-Fr); None = the model's attention_dropout
-        "ran_drop_position_embeddings": "none",  # Table 2: "encoder", "decoder", "both"
-    }
+    hyperparameters = (
+        Hyperparameter("ran_max_positions", int, 256, "Lmax, the size of the learned attention matrices = the longest "
+                       "input (Zeng et al. 2021 released code: maxlen 256)", low=1),
+        Hyperparameter("ran_transition", str, "ffn", "Rec(A): ffn (released code) or tanh_layernorm (Zeng et al. "
+                       "2021, Eq. 3)", choices=TRANSITIONS),
+        Hyperparameter("ran_transition_dim", int, None, "hidden size of the ffn transition; None = 4 * "
+                       "ran_max_positions (1024 in the released code of Zeng et al. 2021)", low=1, nullable=True),
+        Hyperparameter("ran_freeze_initial", bool, False, "freeze the initial attention matrices A_0 (Zeng et al. "
+                       "2021, Table 3)"),
+        Hyperparameter("ran_attention_dropout", float, 0.2, "dropout on RAN's attention weights (Zeng et al. 2021, "
+                       "Sec. 3.1; 0 for En-Fr); None = the model's attention_dropout", low=0.0, high=1.0,
+                       high_open=True, nullable=True),
+        Hyperparameter("ran_drop_position_embeddings", str, "none", "remove the positional embeddings of a stack: "
+                       "none, encoder, decoder, both (Zeng et al. 2021, Table 2)", choices=DROP_POSITIONS),
+    )
     presets = (
         Preset(
             "ran-e", "RAN in encoder self-attention, softmax elsewhere (Table 1, RAN-E)", RAN_PAPER, _ran(True, False)
@@ -231,32 +238,8 @@ class RecurrentAttention(PositionalAttention):
     # ---- configuration ----------------------------------------------------------------------------------------
     @classmethod
     def validate_config(cls, config):
-        n = config.ran_max_positions
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise HfAttnConfigError(
-                f"ran_max_positions={n!r} must be a positive integer (the longest input, in tokens; paper: 256)"
-            )
-        if config.ran_transition not in TRANSITIONS:
-            raise HfAttnConfigError(
-                f"ran_transition={config.ran_transition!r} is not valid; choose one of {list(TRANSITIONS)}"
-            )
-        d = config.ran_transition_dim
-        if d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1):
-            raise HfAttnConfigError(
-                f"ran_transition_dim={d!r} must be a positive integer or None (= 4 * ran_max_positions)"
-            )
-        if not isinstance(config.ran_freeze_initial, bool):
-            raise HfAttnConfigError(f"ran_freeze_initial={config.ran_freeze_initial!r} must be true or false")
-        p = config.ran_attention_dropout
-        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1):
-            raise HfAttnConfigError(
-                f"ran_attention_dropout={p!r} must be in [0, 1) or None (= attention_dropout); the paper uses 0.2"
-            )
+        """Dropping position embeddings needs RAN layers (Table 2)."""
         drop = config.ran_drop_position_embeddings
-        if drop not in DROP_POSITIONS:
-            raise HfAttnConfigError(
-                f"ran_drop_position_embeddings={drop!r} is not valid; choose one of {list(DROP_POSITIONS)}"
-            )
         layout = config.attention_layout()
         if drop != "none" and not any("recurrent" in layout[s] for s in cls.sites):
             raise HfAttnConfigError(

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Preset, VariantAttention, all_sites, float32_autocast_off, weighted_values
+from .attention_base import Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off, weighted_values
 
 ACTIVATIONS = ("relu", "gelu", "leaky_relu")
 NORMS = ("rmsnorm", "layernorm", "none")
@@ -30,14 +30,20 @@ _RELA_G = all_sites("rela", rela_norm="rmsnorm", rela_gate=True, rela_gain_init=
 class RelaAttention(VariantAttention):
     variant = "rela"
     description = "rectified linear attention with a (gated) RMSNorm on its output (Zhang et al. 2021)"
-    config_defaults = {
-        "rela_activation": "relu",  # Table 1 rows 9-10: gelu, leaky_relu
-        "rela_norm": "rmsnorm",  # row 4: none (fails to train), row 8: layernorm
-        "rela_gate": True,  # ReLA-g (Eq. 5); False with rela_gain_init="uniform" is ReLA-i
-        "rela_gain_init": "ones",  # "uniform": U(-sqrt(3/dh), sqrt(3/dh)), ReLA-i (footnote 4: fan = dh)
-        "rela_eps": 1e-8,
-        "rela_leaky_relu_slope": 0.01,
-    }
+    hyperparameters = (
+        Hyperparameter("rela_activation", str, "relu", "activation on the scores: relu (Eq. 3); gelu, leaky_relu are "
+                       "Table 1 rows 9-10 (Zhang et al. 2021)", choices=ACTIVATIONS),
+        Hyperparameter("rela_norm", str, "rmsnorm", "normalisation of the attention output: rmsnorm (Eq. 4); none = "
+                       "row 4 (fails to train), layernorm = row 8 (Zhang et al. 2021, Table 1)", choices=NORMS),
+        Hyperparameter("rela_gate", bool, True, "sigmoid gate on the normalised output: ReLA-g (Eq. 5); false with "
+                       "rela_gain_init=uniform is ReLA-i (Zhang et al. 2021)"),
+        Hyperparameter("rela_gain_init", str, "ones", "norm gain init: ones, or uniform U(-sqrt(3/dh), sqrt(3/dh)) "
+                       "for ReLA-i (Zhang et al. 2021, footnote 4)", choices=GAIN_INITS),
+        Hyperparameter("rela_eps", float, 1e-8, "epsilon of the RMS statistic; keeps null-attention rows at 0 "
+                       "(not in Zhang et al. 2021)", low=0.0, low_open=True),
+        Hyperparameter("rela_leaky_relu_slope", float, 0.01, "negative slope with rela_activation=leaky_relu "
+                       "(Zhang et al. 2021, Table 1 row 10; PyTorch's default 0.01)", low=0.0, high=1.0),
+    )
 
     presets = (
         Preset(
@@ -98,20 +104,6 @@ class RelaAttention(VariantAttention):
             {**_RELA_G, "encoder_attention": "softmax", "decoder_attention": "softmax"},
         ),
     )
-
-    @classmethod
-    def validate_config(cls, config):
-        for key, choices in (
-            ("rela_activation", ACTIVATIONS),
-            ("rela_norm", NORMS),
-            ("rela_gain_init", GAIN_INITS),
-        ):
-            if getattr(config, key) not in choices:
-                raise HfAttnConfigError(f"{key}={getattr(config, key)!r} is not valid; choose one of {list(choices)}")
-        if not config.rela_eps > 0:
-            raise HfAttnConfigError(f"rela_eps={config.rela_eps!r} must be > 0 (default 1e-8)")
-        if not isinstance(config.rela_gate, bool):
-            raise HfAttnConfigError(f"rela_gate={config.rela_gate!r} must be true or false")
 
     def setup(self, config):
         self.activation = config.rela_activation

@@ -25,22 +25,21 @@ full [B, H, T, S] ones. Same values and gradients as the unchunked computation.
 Table 5 ablations are config switches: ``reluformer_scale=False`` (no variance reduction factor; the paper
 reports divergence) and ``reluformer_reg_weight=0`` (no regulariser).
 
-The variant is named ``relu`` (as in the issue); do not confuse it with the ReLA family's *preset* ``relu``
-(ReLA with no normalisation, rela_norm="none"): presets and variants are separate namespaces.
+The variant is named ``reluformer`` (``relu`` before; configs saved with that name still load as
+``reluformer``); do not confuse it with the ReLA family's *preset* ``relu`` (ReLA with no normalisation,
+rela_norm="none", variant ``rela``).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .attention_base import HfAttnConfigError, Preset, VariantAttention, all_sites, float32_autocast_off
+from .attention_base import Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off
 
 RELUFORMER_PAPER = "Shen, Guo, Tan, Tang, Wang & Bian 2023, A Study on ReLU and Softmax in Transformer (arXiv:2302.06461)"
-VARIANT = "relu"
+VARIANT = "reluformer"
 
 
 def visible_keys(keep: torch.Tensor) -> torch.Tensor:
@@ -94,14 +93,20 @@ class ReluFormerAttention(VariantAttention):
         "of each query, no output norm, plus the L_reg regulariser; not ReLA (variant 'rela', whose preset 'relu' "
         "is ReLA without norm)"
     )
-    config_defaults = {
-        "reluformer_scale": True,  # Eq. 6 variance reduction factor; False = Table 5 "- scale factor" (diverges)
-        "reluformer_gamma": 1.0,  # gamma in gamma*sqrt(n/2): the paper gives no value
-        "reluformer_reg_weight": 1.0,  # weight of L_reg (Eq. 7) in the loss; the paper adds it unweighted; 0 = Table 5 "- reg loss"
-        "reluformer_entropy_bound": 0.7,  # C = value * log(n) (Appendix A)
-        "reluformer_eps": 1e-6,  # floor on sum_j s_ij before the log / division (an all-zero row has sum 0)
-        "reluformer_query_chunk": 512,  # queries per chunk for long inputs (0 = never chunk)
-    }
+    hyperparameters = (
+        Hyperparameter("reluformer_scale", bool, True, "divide by the variance reduction factor gamma sqrt(n/2) "
+                       "(Shen et al. 2023, Eq. 6); false = Table 5 '- scale factor' (diverges)"),
+        Hyperparameter("reluformer_gamma", float, 1.0, "gamma in gamma sqrt(n/2) (Shen et al. 2023, Eq. 6 gives no "
+                       "value)", low=0.0, low_open=True),
+        Hyperparameter("reluformer_reg_weight", float, 1.0, "weight of L_reg (Eq. 7) in the loss; Shen et al. 2023 "
+                       "add it unweighted; 0 = Table 5 '- reg loss'", low=0.0),
+        Hyperparameter("reluformer_entropy_bound", float, 0.7, "C = value * log n in L_reg's entropy margin (Shen et "
+                       "al. 2023, Appendix A)", low=0.0),
+        Hyperparameter("reluformer_eps", float, 1e-6, "floor on the row sum before the log (an all-zero row has sum "
+                       "0; not in Shen et al. 2023)", low=0.0, high=1e-2, low_open=True),
+        Hyperparameter("reluformer_query_chunk", int, 512, "queries per checkpointed chunk for long inputs (Shen et "
+                       "al. 2023 use 512-2048-token documents); 0 = never chunk", low=0),
+    )
     presets = (
         Preset(
             "reluformer",
@@ -124,26 +129,6 @@ class ReluFormerAttention(VariantAttention):
     )
 
     # ---- configuration ----------------------------------------------------------------------------------------
-    @classmethod
-    def validate_config(cls, config):
-        def number(key, ok, limit):
-            v = getattr(config, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
-                raise HfAttnConfigError(f"{key}={v!r} must be {limit} (default {cls.config_defaults[key]!r})")
-
-        if not isinstance(config.reluformer_scale, bool):
-            raise HfAttnConfigError(f"reluformer_scale={config.reluformer_scale!r} must be true or false")
-        number("reluformer_gamma", lambda v: v > 0, "a finite number > 0")
-        number("reluformer_reg_weight", lambda v: v >= 0, "a finite number >= 0 (0 turns the regulariser off)")
-        number("reluformer_entropy_bound", lambda v: v >= 0, "a finite number >= 0 (C = value * log n; paper 0.7)")
-        number("reluformer_eps", lambda v: 0 < v <= 1e-2, "in (0, 0.01]")
-        chunk = config.reluformer_query_chunk
-        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
-            raise HfAttnConfigError(
-                f"reluformer_query_chunk={chunk!r} must be an integer >= 0 (queries per chunk for long inputs; "
-                "0 = never chunk; default 512)"
-            )
-
     def setup(self, config):
         self.use_scale = config.reluformer_scale
         self.gamma = float(config.reluformer_gamma)

@@ -4,7 +4,10 @@ Sites: ``encoder_attention`` (encoder self-attention), ``decoder_attention`` (de
 ``cross_attention`` (encoder-decoder attention). Each is a variant name from the registry, or a list with one
 name per layer. ``*_attention_layers`` optionally restricts a site's variant to some layers (others: softmax).
 Variant hyperparameters are flat fields (``rela_norm``, ``gmm_num_components``, ...) with the papers' defaults,
-declared by each variant's ``config_defaults``.
+declared once by each variant's ``hyperparameters`` (`Hyperparameter`: type, default, valid values, help), and
+checked by one generic checker. Validation never changes the config; the construction only puts values in their
+declared type (2.0 -> 2 for an int field, tuples -> lists: values read back from JSON) and maps the old variant name
+``relu`` to ``reluformer``.
 """
 
 from __future__ import annotations
@@ -14,17 +17,29 @@ from dataclasses import dataclass
 from huggingface_hub.dataclasses import strict
 from transformers import BartConfig, MarianConfig
 
-from .attention_base import SITES, HfAttnConfigError
+from .attention_base import SITES, HfAttnConfigError, Hyperparameter
 from .presets import PRESETS
 from .registry import ATTENTION_VARIANTS
 
+# variant names of earlier releases, still accepted (saved config.json files): old name -> current name
+RENAMED_VARIANTS = {"relu": "reluformer"}
+
+
+def hyperparameters() -> dict[str, Hyperparameter]:
+    """Every variant hyperparameter by field name, gathered from the registry."""
+    return {hp.name: hp for cls in ATTENTION_VARIANTS.values() for hp in cls.hyperparameters}
+
 
 def variant_defaults() -> dict:
-    """Every variant hyperparameter with its default, gathered from the registry."""
-    out = {}
-    for cls in ATTENTION_VARIANTS.values():
-        out.update(cls.config_defaults)
-    return out
+    """Every variant hyperparameter with its default."""
+    return {name: hp.initial() for name, hp in hyperparameters().items()}
+
+
+def current_variant_names(choice):
+    """A site's variant choice (a name or a per-layer list) with renamed variants under their current names."""
+    if isinstance(choice, (list, tuple)):
+        return [RENAMED_VARIANTS.get(x, x) if isinstance(x, str) else x for x in choice]
+    return RENAMED_VARIANTS.get(choice, choice) if isinstance(choice, str) else choice
 
 
 def _close_matches(value, choices) -> str:
@@ -47,15 +62,17 @@ class HfAttnConfigMixin:
     preset: str | None = None
 
     def __post_init__(self, **kwargs):
-        defaults = variant_defaults()
-        unknown = [k for k in kwargs if k.split("_")[0] in _variant_prefixes() and k not in defaults]
+        declared = hyperparameters()
+        unknown = [k for k in kwargs if k.split("_")[0] in _variant_prefixes() and k not in declared]
         if unknown:
             raise HfAttnConfigError(
-                f"unknown attention hyperparameter {unknown[0]!r}{_close_matches(unknown[0], defaults)}; "
-                f"valid ones: {sorted(defaults)}"
+                f"unknown attention hyperparameter {unknown[0]!r}{_close_matches(unknown[0], declared)}; "
+                f"valid ones: {sorted(declared)}"
             )
-        for key, value in defaults.items():
-            kwargs.setdefault(key, getattr(self, key, value))
+        for key, hp in declared.items():
+            kwargs[key] = hp.normalise(kwargs.get(key, getattr(self, key, hp.initial())))
+        for site in SITES:
+            setattr(self, f"{site}_attention", current_variant_names(getattr(self, f"{site}_attention")))
         super().__post_init__(**kwargs)
         self.keys_to_ignore_at_inference = ["past_key_values", "aux_loss", "aux_logs"]
         self.validate_attention()
@@ -64,12 +81,23 @@ class HfAttnConfigMixin:
     def num_layers(self, site: str) -> int:
         return self.encoder_layers if site == "encoder" else self.decoder_layers
 
+    def attention_layers(self, site: str) -> list[int] | None:
+        """The layers of ``site`` that use its single variant (others: softmax); None = all of them.
+
+        ``<site>_attention_layers`` when set, else the variant's own subset (GMM: ``gmm_layer_subset``, Table 5).
+        """
+        layers = getattr(self, f"{site}_attention_layers")
+        choice = getattr(self, f"{site}_attention")
+        if layers is None and isinstance(choice, str) and choice in ATTENTION_VARIANTS:
+            return ATTENTION_VARIANTS[choice].layer_subset(self, site)
+        return layers
+
     def attention_variant(self, site: str, layer: int) -> str:
         """The variant name used at ``site`` ('encoder' | 'decoder' | 'cross') in layer ``layer``."""
         choice = getattr(self, f"{site}_attention")
         if isinstance(choice, (list, tuple)):
             return choice[layer]
-        layers = getattr(self, f"{site}_attention_layers")
+        layers = self.attention_layers(site)
         if layers is not None and layer not in layers:
             return "softmax"
         return choice
@@ -79,7 +107,15 @@ class HfAttnConfigMixin:
         return {s: [self.attention_variant(s, i) for i in range(self.num_layers(s))] for s in SITES}
 
     def validate_attention(self) -> None:
-        """One clear error for a bad site variant, layer list or hyperparameter."""
+        """One clear error for a bad site variant, layer list or hyperparameter; never changes the config."""
+        self.validate_sites()
+        for hp in hyperparameters().values():  # every hyperparameter is checked, used here or not
+            hp.check(getattr(self, hp.name))
+        for cls in ATTENTION_VARIANTS.values():  # cross-field rules
+            cls.validate_config(self)
+
+    def validate_sites(self) -> None:
+        """Each site's variant name(s) and layer subset."""
         for site in SITES:
             key, n = f"{site}_attention", self.num_layers(site)
             choice = getattr(self, key)
@@ -109,8 +145,6 @@ class HfAttnConfigMixin:
                     raise HfAttnConfigError(
                         f"{key}_layers={layers!r}: need layer indices in 0..{n - 1} and a single {key} name"
                     )
-        for cls in ATTENTION_VARIANTS.values():  # every hyperparameter is checked, used here or not
-            cls.validate_config(self)
 
     # ---- presets --------------------------------------------------------------------------------------------
     @classmethod
@@ -124,7 +158,7 @@ class HfAttnConfigMixin:
 
 
 def _variant_prefixes() -> set[str]:
-    return {key.split("_")[0] for key in variant_defaults()}
+    return {key.split("_")[0] for key in hyperparameters()}
 
 
 @strict

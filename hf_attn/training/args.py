@@ -8,7 +8,9 @@ underscores or dashes: ``--max_steps 50 --d_model 256 --encoder-layers 3 --outpu
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Optional
@@ -134,17 +136,113 @@ def model_config_arguments(base: str = "marian"):
         help_ = "comma-separated: one variant name, or one per layer" if f.name in LIST_FIELDS else \
             "comma-separated layer indices" if f.name in LAYER_FIELDS else f"model config field ({cfg_cls.__base__.__name__ if False else base})"
         specs.append((f.name, Optional[t], field(default=None, metadata={"help": help_})))
-    try:
-        from ..modeling.configuration_hf_attn import variant_defaults
-
-        for k, v in variant_defaults().items():
-            if k in taken or any(k == s[0] for s in specs):
-                continue
-            t = bool if isinstance(v, bool) else float if isinstance(v, float) else int if isinstance(v, int) else str
-            specs.append((k, Optional[t], field(default=None, metadata={"help": f"variant hyperparameter (default {v!r})"})))
-    except ImportError:  # pragma: no cover - older core
-        pass
+    for hp in hyperparameters().values():
+        if hp.name in taken or any(hp.name == s[0] for s in specs):
+            continue
+        # lists are one comma-separated value (the declared type is applied by `type_hyperparameter_flags`)
+        tp = str if hp.is_list else hp.type
+        specs.append((hp.name, Optional[tp], field(default=None, metadata={"help": hyperparameter_help(hp)})))
     return dataclasses.make_dataclass(f"{base.capitalize()}ConfigArguments", specs)
+
+
+# ---- variant hyperparameter flags: types, valid values and help from each variant's `hyperparameters` -------------
+class _Null:
+    """``--flag none`` for a nullable hyperparameter (an unset flag is None): becomes None in the overrides."""
+
+    def __repr__(self) -> str:
+        return "None"
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+NULL = _Null()
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def hyperparameters() -> dict:
+    from ..modeling.configuration_hf_attn import hyperparameters as declared
+
+    return declared()
+
+
+def hyperparameter_help(hp) -> str:
+    """``--help`` line: the declaration's help, type, valid values and default."""
+    text = f"{hp.help} [{hp.type_name()}: {hp.valid_values()}; default {hp.initial()!r}]"
+    return text.replace("%", "%%")
+
+
+def hyperparameter_from_text(hp, text: str):
+    """A flag's text as the declared type: ``512``, ``0.1``, ``true``/``false``, ``-2,2`` or ``[-2, 2]``, ``none``
+    (nullable only); text that does not parse comes back unchanged, for `Hyperparameter.check` to name it."""
+    t = text.strip()
+    if hp.nullable and t.lower() in ("none", "null"):
+        return NULL
+    if hp.type is bool:
+        return True if t.lower() in _TRUE else False if t.lower() in _FALSE else text
+    if hp.type is str:
+        return t
+    try:
+        if hp.is_list:
+            items = t[1:-1] if t.startswith("[") and t.endswith("]") else t
+            return [hp.element_type(x) for x in items.replace(",", " ").split()]
+        return hp.type(t)
+    except ValueError:
+        return text
+
+
+def _hyperparameter_type(hp):
+    def parse(text: str):
+        from ..modeling import HfAttnConfigError
+
+        value = hyperparameter_from_text(hp, text)
+        try:
+            if value is not NULL:
+                hp.check(value)
+        except HfAttnConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+
+    parse.__name__ = hp.type_name()
+    return parse
+
+
+def _metavar(hp) -> str | None:
+    if hp.choices is not None:
+        return None  # argparse shows {a,b,c}
+    if hp.type is bool:
+        return "{true,false}"
+    name = hp.element_type.__name__.upper()
+    name = f"{name},{name},..." if hp.is_list else name
+    return f"{name}|none" if hp.nullable else name
+
+
+def type_hyperparameter_flags(parser) -> None:
+    """Give each variant hyperparameter flag its declared type, valid values (checked while parsing, one error line)
+    and metavar; choices are listed in ``--help``."""
+    declared = hyperparameters()
+    for action in parser._actions:
+        hp = declared.get(action.dest)
+        if hp is None or not action.option_strings:
+            continue
+        action.type, action.nargs, action.metavar = _hyperparameter_type(hp), None, _metavar(hp)
+        action.choices = list(hp.choices) if hp.choices is not None else None
+
+
+def join_negative_list_values(argv: list[str]) -> list[str]:
+    """``--hard_gaussian_encoder_offsets -2,2`` -> ``--hard_gaussian_encoder_offsets=-2,2`` (argparse would read a
+    value starting with '-' that is not a plain number as an unknown flag)."""
+    names = {n for n, hp in hyperparameters().items() if hp.is_list}
+    flags = {f"--{n}" for n in names} | {f"--{n.replace('_', '-')}" for n in names}
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in flags and i + 1 < len(argv) and re.fullmatch(r"-[\d.][\d.,\s+-]*", argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 def model_overrides(cfg_args) -> dict:
@@ -153,6 +251,8 @@ def model_overrides(cfg_args) -> dict:
     for k, v in dataclasses.asdict(cfg_args).items():
         if v is None:
             continue
+        if v is NULL:
+            v = None
         if k in LIST_FIELDS and isinstance(v, str) and "," in v:
             v = [x.strip() for x in v.split(",") if x.strip()]
         elif k in LAYER_FIELDS and isinstance(v, str):
@@ -189,6 +289,12 @@ def build_train_parser(argv: list[str] | None = None):
                               description="Train an hf-attn model (default: rela-g, Bible German->English, 600 steps: about 25 minutes on 2 CPU cores), "
                               "score it on the test split with beam search and save a Hub-ready model directory.")
     parser.set_defaults(**TRAINING_DEFAULTS)
+    type_hyperparameter_flags(parser)
+
+    def one_line_error(message: str):
+        raise HfAttnInputError(" ".join(message.split()))
+
+    parser.error = one_line_error  # bad input gives one line (cli.py prints it), not usage + message
     return parser
 
 
@@ -207,7 +313,7 @@ def parse_train_args(argv: list[str] | None = None):
 
     from ..errors import HfAttnInputError
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = join_negative_list_values(list(sys.argv[1:] if argv is None else argv))
     parser = build_train_parser(argv)
     given = given_flags(argv)
     # output_dir is needed before TrainingArguments' __post_init__ runs: give it a default from the run
