@@ -1,8 +1,9 @@
 """chrF / chrF++ (sacrebleu) as an `evaluate` metric, loadable offline by path (one import per line)."""
 
-import datasets
 import evaluate
 import sacrebleu
+
+import hf_attn.metrics.common as common
 
 _DESCRIPTION = "Corpus chrF computed by sacrebleu (char order 6, beta 2; word_order=2 gives chrF++), with its signature."
 _KWARGS_DESCRIPTION = """
@@ -19,26 +20,11 @@ _CITATION = "Popovic, 2015. chrF: character n-gram F-score for automatic MT eval
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class HfAttnChrf(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features({"predictions": datasets.Value("string"),
-                                   "references": datasets.Sequence(datasets.Value("string"))}),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
-            reference_urls=["https://github.com/mjpost/sacrebleu"],
-        )
+        return common.metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION)
 
     def _compute(self, predictions, references, char_order=6, word_order=0, beta=2, lowercase=False,
                  whitespace=False, eps_smoothing=False):
-        if references and isinstance(references[0], str):
-            references = [[r] for r in references]
-        n_refs = len(references[0])
-        if any(len(r) != n_refs for r in references):
-            raise ValueError("chrF needs the same number of references for each prediction")
-        transposed = [[refs[i] for refs in references] for i in range(n_refs)]
+        transposed = common.reference_streams(references, "chrF")
         chrf = sacrebleu.metrics.CHRF(char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase,
                                       whitespace=whitespace, eps_smoothing=eps_smoothing)
         out = chrf.corpus_score(predictions, transposed)

@@ -1,8 +1,9 @@
 """SacreBLEU as an `evaluate` metric, loadable offline by path (one import per line: evaluate scans them)."""
 
-import datasets
 import evaluate
 import sacrebleu
+
+import hf_attn.metrics.common as common
 
 _DESCRIPTION = "Corpus BLEU computed by sacrebleu (13a tokenisation, exp smoothing by default), with its signature."
 _KWARGS_DESCRIPTION = """
@@ -19,26 +20,11 @@ _CITATION = "Post, 2018. A Call for Clarity in Reporting BLEU Scores. WMT."
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class HfAttnSacrebleu(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features({"predictions": datasets.Value("string"),
-                                   "references": datasets.Sequence(datasets.Value("string"))}),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
-            reference_urls=["https://github.com/mjpost/sacrebleu"],
-        )
+        return common.metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION)
 
     def _compute(self, predictions, references, smooth_method="exp", smooth_value=None, force=False,
                  lowercase=False, tokenize=None, use_effective_order=False):
-        if references and isinstance(references[0], str):
-            references = [[r] for r in references]
-        n_refs = len(references[0])
-        if any(len(r) != n_refs for r in references):
-            raise ValueError("sacrebleu needs the same number of references for each prediction")
-        transposed = [[refs[i] for refs in references] for i in range(n_refs)]
+        transposed = common.reference_streams(references, "sacrebleu")
         bleu = sacrebleu.metrics.BLEU(lowercase=lowercase, force=force, tokenize=tokenize,
                                       smooth_method=smooth_method, smooth_value=smooth_value,
                                       effective_order=use_effective_order)

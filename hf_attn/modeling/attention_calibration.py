@@ -74,17 +74,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_base import (
-    FORWARD_STATE_KWARG,
-    ForwardState,
-    Hyperparameter,
-    Preset,
-    VariantAttention,
-    float32_autocast_off,
-    nonempty,
-    source_padding,
-    weighted_values,
-)
+from .attention_base import FORWARD_STATE_KWARG, ForwardState, Hyperparameter, Preset, VariantAttention
+from .attention_base import float32_autocast_off, nonempty, source_padding, weighted_values
 
 CALIBRATION_PAPER = (
     "Lu, Zeng, Zhang, Wu & Li 2021, Attention Calibration for Transformer in Neural Machine Translation (ACL)"

@@ -34,16 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_base import (
-    HfAttnConfigError,
-    Hyperparameter,
-    Preset,
-    VariantAttention,
-    float32_autocast_off,
-    nonempty,
-    source_padding,
-    weighted_values,
-)
+from .attention_base import HfAttnConfigError, Hyperparameter, Preset, VariantAttention, float32_autocast_off
+from .attention_base import nonempty, source_padding, weighted_values
 
 GMM_PAPER = (
     "Zhang & Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian "

@@ -50,25 +50,23 @@ def _fmt(x):
     return "-" if x is None else f"{x:.1f}"
 
 
-def _about_equal(name):
+def _bleu_delta(name, holds):
+    """A claim on ΔBLEU of ``name`` against softmax: ``holds(delta, ci)`` decides."""
     def check(runs, sig):
         s = sig.get(runs[name]["name"])
         if not s:
             return False, f"`{name}` has no comparison with softmax"
         d = s["bleu"]
-        holds = abs(d["delta"]) <= 1.0 or d["ci"][0] <= 0 <= d["ci"][1]
-        return holds, f"ΔBLEU {d['delta']:+.1f} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}], p = {d['p_value']:.3f}"
+        return holds(d["delta"], d["ci"]), f"ΔBLEU {d['delta']:+.1f} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}], p = {d['p_value']:.3f}"
     return check
+
+
+def _about_equal(name):
+    return _bleu_delta(name, lambda delta, ci: abs(delta) <= 1.0 or ci[0] <= 0 <= ci[1])
 
 
 def _not_worse(name):
-    def check(runs, sig):
-        s = sig.get(runs[name]["name"])
-        if not s:
-            return False, f"`{name}` has no comparison with softmax"
-        d = s["bleu"]
-        return d["ci"][1] >= 0, f"ΔBLEU {d['delta']:+.1f} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}], p = {d['p_value']:.3f}"
-    return check
+    return _bleu_delta(name, lambda delta, ci: ci[1] >= 0)
 
 
 def _gmm_gate(runs, sig):
