@@ -133,8 +133,8 @@ def model_config_arguments(base: str = "marian"):
         t = _flag_type(f.type)
         if t is None:
             continue
-        help_ = "comma-separated: one variant name, or one per layer" if f.name in LIST_FIELDS else \
-            "comma-separated layer indices" if f.name in LAYER_FIELDS else f"model config field ({cfg_cls.__base__.__name__ if False else base})"
+        help_ = ("comma-separated: one variant name, or one per layer" if f.name in LIST_FIELDS else
+                 "comma-separated layer indices" if f.name in LAYER_FIELDS else f"{base} config field")
         specs.append((f.name, Optional[t], field(default=None, metadata={"help": help_})))
     for hp in hyperparameters().values():
         if hp.name in taken or any(hp.name == s[0] for s in specs):
