@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import platform
 import time
@@ -17,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import HfAttnInputError
+from ..io_utils import write_json
 
 logger = logging.getLogger("hf_attn")
 
@@ -121,11 +121,9 @@ def scaled_anneal(preset: str, max_steps: int, overrides: dict) -> dict:
 
 
 def _last_checkpoint(output_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    from .checkpoints import newest_complete_checkpoint
 
-    if not output_dir.is_dir():
-        return None
-    return get_last_checkpoint(str(output_dir))
+    return newest_complete_checkpoint(output_dir)[0]
 
 
 def _device_name(targs) -> str:
@@ -137,44 +135,78 @@ def _device_name(targs) -> str:
     return f"{platform.machine()} CPU, {torch.get_num_threads()} threads x {max(1, targs.world_size)} process(es)"
 
 
+def _prepare_output_dir(out_dir: Path, hargs, given: set) -> tuple[Path, str | None]:
+    """The output directory and the checkpoint to resume from (the newest complete one; incomplete newer ones are
+    named and skipped); on --resume the interrupted run's data/preset/base flags are taken from run_args.json."""
+    from .checkpoints import newest_complete_checkpoint
+
+    last, skipped = newest_complete_checkpoint(out_dir)
+    note = f" (skipped incomplete {', '.join(skipped)})" if skipped else ""
+    if hargs.resume and last is None:
+        raise HfAttnInputError(f"--resume: {str(out_dir)!r} holds no checkpoint-* directory that is complete, to resume from"
+                               f"{note}; run without --resume")
+    if last is not None and not hargs.resume:
+        raise HfAttnInputError(
+            f"--output_dir {str(out_dir)!r} already holds {Path(last).name}{note}; pass --resume to continue that run "
+            "or choose an empty --output_dir"
+        )
+    if hargs.resume:
+        for name in skipped:
+            say(f"skipping incomplete {name} (a save that did not finish)")
+        prev = read_run_args(out_dir)  # the resumed run uses the interrupted run's data, preset and base
+        for k in RESUMED_FLAGS:
+            if k not in given and k in prev:
+                setattr(hargs, k, prev[k])
+        say(f"resuming from {last}")
+    return out_dir, last
+
+
+def read_run_args(run_dir: str | os.PathLike) -> dict:
+    """hf-attn's flags of the run in ``run_dir`` (its run_args.json; {} when there is none)."""
+    path = Path(run_dir) / "run_args.json"
+    if not path.is_file():
+        return {}
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8"))["hf_attn"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise HfAttnInputError(f"{str(path)!r} is not a run_args.json written by `hf-attn train` ({type(e).__name__}: "
+                               f"{str(e)[:80]}); restore it or remove it") from None
+
+
+RESUMED_FLAGS = ("preset", "base", "corpus", "source", "target", "train_file", "validation_file", "test_file", "dataset",
+                 "dataset_config_name", "vocab_size", "spm_model_type", "max_train_samples", "max_source_length",
+                 "max_target_length", "max_length_ratio", "init_from", "tokenizer_name", "embedding_init_std")
+
+
 def train(hargs, targs, overrides: dict | None = None, given: set | None = None, extra_callbacks=None) -> dict | None:
-    """Run the main job; returns the results dict on the main process (None on the others)."""
+    """Run the main job; returns the results dict on the main process (None on the others).
+
+    Every flag is checked first; the output directory is then locked (one run at a time) until the run ends."""
+    from .checkpoints import RunLock
+    from .validate import check_train_flags
+
+    check_train_flags(hargs, targs)
+    out_dir = ensure_writable_dir(targs.output_dir)
+    with RunLock(out_dir):
+        return _train(out_dir, hargs, targs, overrides, given, extra_callbacks)
+
+
+def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> dict | None:
     import torch
     from transformers import set_seed
 
     from ..data import get_tokenizer, load_corpus, load_tokenizer, make_collator, special_token_config, tokenize_split
     from .args import MODEL_DEFAULTS, PAPER_RECIPE, PAPER_RECIPE_CITATION
     from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback
+    from .validate import check_cache_dir, check_model_flags
 
     overrides = dict(overrides or {})
     given = set(given or ())
     t_start = time.time()
-    _check_preset(hargs.preset)
-    if hargs.minutes is not None and (not math.isfinite(hargs.minutes) or hargs.minutes < 0):
-        raise HfAttnInputError(f"--minutes {hargs.minutes}: need a positive number of minutes (or 0 for no limit)")
-    if hargs.embedding_init_std is not None and not (math.isfinite(hargs.embedding_init_std) and hargs.embedding_init_std >= 0):
-        raise HfAttnInputError(f"--embedding_init_std {hargs.embedding_init_std}: need a std >= 0 (0 keeps the model's "
-                               "init_std; default d_model**-0.5)")
-    out_dir = ensure_writable_dir(targs.output_dir)
-    last = _last_checkpoint(out_dir)
-    if hargs.resume and last is None:
-        raise HfAttnInputError(f"--resume: {str(out_dir)!r} holds no checkpoint-* directory to resume from; run without --resume")
-    if last is not None and not hargs.resume:
-        raise HfAttnInputError(
-            f"--output_dir {str(out_dir)!r} already holds {Path(last).name}; pass --resume to continue that run or "
-            "choose an empty --output_dir"
-        )
-    if hargs.resume:
-        saved = out_dir / "run_args.json"
-        if saved.is_file():  # the resumed run uses the interrupted run's data, preset and base
-            prev = json.loads(saved.read_text())["hf_attn"]
-            for k in ("preset", "base", "corpus", "source", "target", "train_file", "validation_file", "test_file",
-                      "dataset", "dataset_config_name", "vocab_size", "spm_model_type", "max_train_samples",
-                      "max_source_length", "max_target_length", "max_length_ratio", "init_from", "tokenizer_name",
-                      "embedding_init_std"):
-                if k not in given and k in prev:
-                    setattr(hargs, k, prev[k])
-        say(f"resuming from {last}")
+    out_dir, last = _prepare_output_dir(out_dir, hargs, given)
+    check_model_flags(hargs, overrides, resume=hargs.resume)
+    check_cache_dir(hargs, trains_tokenizer=not (hargs.tokenizer_name or hargs.init_from or (
+        hargs.resume and (out_dir / "tokenizer_config.json").is_file())))
     set_seed(targs.seed)
     base = hargs.base
     cfg_cls, model_cls = model_classes(base)
@@ -262,9 +294,8 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
     budget.trainer = trainer
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(out_dir)
-        (out_dir / "run_args.json").write_text(json.dumps(
-            {"hf_attn": dataclasses.asdict(hargs), "model_overrides": overrides,
-             "training": targs.to_dict()}, indent=2, default=str))
+        write_json(out_dir / "run_args.json", {"hf_attn": dataclasses.asdict(hargs), "model_overrides": overrides,
+                                               "training": targs.to_dict()}, default=str)
     plan = f"{hargs.minutes:g} minutes" if hargs.minutes else f"{targs.max_steps} steps" if targs.max_steps > 0 \
         else f"{targs.num_train_epochs:g} epochs"
     say(f"training {hargs.preset} for {plan} (batch {targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps} "
@@ -292,12 +323,14 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         t = torch.tensor([float(tokens)])
         torch.distributed.all_reduce(t)
         tokens = int(t.item())
-    loss_hist = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    if loss_hist and not all(math.isfinite(x) for x in loss_hist[-3:]):
+    if trainer.diverged is not None:
+        step, loss = trainer.diverged
         raise HfAttnInputError(
-            f"training diverged (loss {loss_hist[-1]}) at step {trainer.state.global_step}; lower --learning_rate "
-            f"(now {targs.learning_rate}) or raise --warmup_steps"
+            f"training diverged: loss {loss} at step {step}" + (f" of {targs.max_steps}" if targs.max_steps > 0 else "")
+            + f"; lower --learning_rate (now {targs.learning_rate}) or raise --warmup_steps (now {targs.warmup_steps}), "
+            f"and start again in an empty --output_dir"
         )
+    loss_hist = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     val = trainer.evaluate(metric_key_prefix="validation")
     trainer.save_model(str(out_dir))  # every process calls it (FSDP/DeepSpeed gather); only the main one writes
     if not trainer.is_world_process_zero():
@@ -372,7 +405,7 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
     from .reference import reference_for
 
     run["reference"] = reference_for(run)
-    (out_dir / "results.json").write_text(json.dumps(run, indent=2, default=str), encoding="utf-8")
+    write_json(out_dir / "results.json", run, default=str)
     from .cards import write_model_card
 
     write_model_card(out_dir, hargs.hub_repo_id or targs.hub_model_id)
@@ -442,10 +475,7 @@ def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None,
 
     if split not in ("test", "validation", "train"):
         raise HfAttnInputError(f"--split {split!r}: valid: test, validation, train")
-    d = Path(model_dir)
-    prev = {}
-    if (d / "run_args.json").is_file():
-        prev = json.loads((d / "run_args.json").read_text())["hf_attn"]
+    prev = read_run_args(model_dir)
     source = source or prev.get("source")
     target = target or prev.get("target")
     if test_file:
@@ -490,7 +520,7 @@ def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = No
            "sentences": len(src), "num_beams": beams, "length_penalty": lp, "decode_seconds": round(time.time() - t0, 1)}
     if write:
         try:
-            (d / "evaluate_results.json").write_text(json.dumps(out, indent=2))
+            write_json(d / "evaluate_results.json", out)
         except OSError:
             pass
     return out
