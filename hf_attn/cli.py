@@ -17,7 +17,6 @@ Bad input gives one line ``hf-attn: error: ...`` and exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -70,6 +69,8 @@ def cmd_train(argv) -> int:
 
 def cmd_evaluate(argv) -> int:
     from .training.run import evaluate_dir
+    from .io_utils import dumps_strict
+    from .training.validate import DECODE_FLAGS, check_flags
 
     ap = argparse.ArgumentParser(prog="hf-attn evaluate", description="re-score a saved model (BLEU/chrF, sacrebleu)")
     ap.add_argument("model_dir")
@@ -82,27 +83,28 @@ def cmd_evaluate(argv) -> int:
     ap.add_argument("--batch_size", "--batch-size", type=int, default=32)
     ap.add_argument("--max_samples", "--max-samples", type=int, default=None)
     a = ap.parse_args(argv)
+    check_flags(DECODE_FLAGS, a)
     out = evaluate_dir(a.model_dir, a.split, a.test_file, a.source, a.target, a.num_beams, a.length_penalty,
                        a.batch_size, a.max_samples)
     print(f"BLEU {out['bleu']:.2f} / chrF {out['chrf']:.2f} on {out['sentences']} sentences ({out['data']}), "
           f"beam {out['num_beams']} | {out['bleu_signature']}")
-    print(json.dumps(out))
+    print(dumps_strict(out))
     return 0
 
 
 def _run_arg(model_dir: str, key: str, default):
     """A flag of the `hf-attn train` run that wrote ``model_dir`` (its run_args.json), or ``default``."""
-    path = os.path.join(model_dir, "run_args.json")
-    if not os.path.isfile(path):
-        return default
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("hf_attn", {}).get(key, default)
+    from .training.run import read_run_args
+
+    return read_run_args(model_dir).get(key, default)
 
 
 def cmd_translate(argv) -> int:
     from .errors import HfAttnInputError
+    from .io_utils import check_output_file, decode_utf8, read_text, text_lines
+    from .training.validate import DECODE_FLAGS, check_flags
     from .training.generate import translate_texts
-    from .training.run import load_model_dir
+    from .training.run import check_model_files, load_model_dir
 
     ap = argparse.ArgumentParser(prog="hf-attn translate", description="translate stdin or a file, one sentence per line")
     ap.add_argument("model_dir")
@@ -112,14 +114,19 @@ def cmd_translate(argv) -> int:
     ap.add_argument("--length_penalty", "--length-penalty", type=float, default=None)
     ap.add_argument("--batch_size", "--batch-size", type=int, default=32)
     a = ap.parse_args(argv)
+    check_flags(DECODE_FLAGS, a)
     if a.input and not os.path.isfile(a.input):
         raise HfAttnInputError(f"--input {a.input!r}: no such file; give a text file with one sentence per line")
-    model, tokenizer = load_model_dir(a.model_dir)
+    if a.output:
+        check_output_file(a.output, "--output")
+    check_model_files(a.model_dir)  # before reading stdin
     if a.input:
-        with open(a.input, encoding="utf-8") as f:
-            lines = [x.rstrip("\n") for x in f]
+        text = read_text(a.input, f"--input {a.input!r}")
     else:
-        lines = [x.rstrip("\n") for x in sys.stdin]
+        stdin = getattr(sys.stdin, "buffer", None)
+        text = decode_utf8(stdin.read(), "stdin") if stdin is not None else sys.stdin.read()
+    lines = text_lines(text)
+    model, tokenizer = load_model_dir(a.model_dir)
     gc = model.generation_config
     hyps = translate_texts(model, tokenizer, lines, num_beams=a.num_beams or gc.num_beams or 4,
                            length_penalty=a.length_penalty if a.length_penalty is not None else (gc.length_penalty or 1.0),

@@ -15,7 +15,6 @@ line per site.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -102,6 +101,14 @@ def main(argv=None, prog: str = "hf-attn analyze") -> dict:
         raise HfAttnInputError(f"--tau {a.tau}: need a temperature > 0, e.g. 0.5")
     if a.batch_size < 1:
         raise HfAttnInputError(f"--batch_size {a.batch_size}: need at least 1")
+    if a.output:  # checked before the analysis, not after it
+        from ..io_utils import check_output_file
+
+        check_output_file(a.output, "--output")
+    if a.plot_dir:
+        from ..training.run import ensure_writable_dir
+
+        ensure_writable_dir(a.plot_dir, "--plot_dir")
     results = {}
     print(f"{'model':<28} {'site':<8} {'sparsity':>8} {'null rate':>9} {'entropy':>8} {'head div.':>9} "
           f"{'top-' + format(a.top_p, '.0%') + ' mass':>9}")
@@ -123,6 +130,8 @@ def main(argv=None, prog: str = "hf-attn analyze") -> dict:
             plot_layer_statistics(rep["layers"], path, title=f"{Path(d).name} ({rep['preset']}): {len(src)} sentences")
             print(f"wrote {path}")
     if a.output:
-        Path(a.output).write_text(json.dumps(results, indent=2))
+        from ..io_utils import write_json
+
+        write_json(a.output, results)
         print(f"wrote {a.output}")
     return results

@@ -25,6 +25,8 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.ind
 
 
 def _weights_ok(d: Path) -> bool:
+    """True when ``d`` holds model weights and a .safetensors file among them is as long as its header says."""
+    d = Path(d)
     for name in WEIGHT_FILES:
         f = d / name
         if f.is_file():

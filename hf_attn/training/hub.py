@@ -27,7 +27,14 @@ def check_model_dir(model_dir: str | Path) -> Path:
             f"{str(model_dir)!r} is not a complete model directory (missing {', '.join(missing)}); train it to the "
             "end or save it with model.save_pretrained + tokenizer.save_pretrained"
         )
-    cfg = json.loads((d / "config.json").read_text())
+    try:
+        cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise HfAttnInputError(f"{str(model_dir)!r}: config.json is not valid JSON ({str(e)[:80]}); re-save the model "
+                               "with save_pretrained") from None
+    from .run import check_model_files
+
+    check_model_files(str(d))  # weights truncated by an interrupted copy are not uploaded
     for name in set(cfg.get("auto_map", {}).values()):
         module = name.split("--")[-1].split(".")[0]
         if not (d / f"{module}.py").is_file():

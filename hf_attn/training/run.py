@@ -456,15 +456,34 @@ def load_model_dir(model_dir: str):
     from .. import swap_attention  # noqa: F401  (registers the hf-attn Auto classes)
     from ..data import load_tokenizer
 
+    d = check_model_files(model_dir)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModelForSeq2SeqLM.from_pretrained(str(d))
+            tokenizer = load_tokenizer(d)
+    except Exception as e:  # noqa: BLE001 - transformers/safetensors/tokenizers raise many kinds; name the cause
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise HfAttnInputError(f"{model_dir!r}: cannot load the model or its tokenizer ({type(e).__name__}: {first}); "
+                               "give a directory written by `hf-attn train` or save_pretrained") from None
+    return model, tokenizer
+
+
+def check_model_files(model_dir: str) -> Path:
+    """config.json and complete weights, or one line saying what is missing or truncated (before any loading)."""
+    from .checkpoints import WEIGHT_FILES, _weights_ok
+
     d = Path(model_dir)
     if not (d / "config.json").is_file():
         raise HfAttnInputError(f"{model_dir!r} holds no config.json; give a directory written by `hf-attn train` or "
                                "save_pretrained")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AutoModelForSeq2SeqLM.from_pretrained(str(d))
-        tokenizer = load_tokenizer(d)
-    return model, tokenizer
+    if not any((d / n).is_file() for n in WEIGHT_FILES):
+        raise HfAttnInputError(f"{model_dir!r}: no model weights (model.safetensors); the run did not finish: resume "
+                               "it with --resume, or give a directory written by `hf-attn train` or save_pretrained")
+    if not _weights_ok(d):
+        raise HfAttnInputError(f"{model_dir!r}: model weights truncated or unreadable (model.safetensors is shorter "
+                               "than its header says); copy or save the model again")
+    return d
 
 
 def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
