@@ -94,3 +94,11 @@ def test_dataset_empty_rows_counted(tmp_path, capsys):
     c = load_corpus(dataset=str(tmp_path / "ds"))
     assert c.sizes()["train"] + c.sizes()["validation"] == 30
     assert "dropped 1 of 31 pairs in --dataset" in capsys.readouterr().out
+
+
+def test_reproduce_record_with_a_nan_is_strict_json(tmp_path):
+    from hf_attn.reproduce.runner import RunSpec, _write_record, record_path
+
+    spec = RunSpec("softmax", "de", "en", 10, 42)
+    _write_record(tmp_path, spec, {"name": spec.name, "analysis": {"entropy": math.nan}}, None)
+    assert json.loads(record_path(tmp_path, spec).read_text())["analysis"] == {"entropy": None}

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import HfAttnInputError
+from ..io_utils import dumps_strict
 
 RECORD_VERSION = 1
 
@@ -151,7 +152,7 @@ def _write_record(output_dir: Path, spec: RunSpec, record: dict, hyps: list[str]
     if hyps is not None:
         path.with_suffix(".hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1, allow_nan=False, default=str), encoding="utf-8")
+    tmp.write_text(dumps_strict(record, indent=1, default=str), encoding="utf-8")  # NaN -> null, never a crash
     tmp.replace(path)  # a record is all there or not there
     return record
 
