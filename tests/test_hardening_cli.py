@@ -181,3 +181,21 @@ def test_reproduce_checks_the_training_flags_first(tmp_path, capsys, monkeypatch
     assert main(["reproduce", "--seeds", "-1", "--output_dir", str(tmp_path / "r")]) == 2
     assert "--seeds -1: need seeds in [0, 4294967295]" in _one_line(capsys)
     os.environ.pop("HF_ATTN_CACHE", None)
+
+
+def test_push_leaves_out_a_killed_save(tmp_path):
+    from huggingface_hub.utils import filter_repo_objects
+
+    from hf_attn.training.hub import IGNORE_PATTERNS, UPLOAD_PATTERNS
+
+    files = ["config.json", ".tmp-checkpoint/checkpoint-3/config.json", ".tmp-checkpoint/checkpoint-3/model.safetensors",
+             ".hf_attn.lock", "results.json.tmp"]
+    assert list(filter_repo_objects(files, allow_patterns=UPLOAD_PATTERNS, ignore_patterns=IGNORE_PATTERNS)) == ["config.json"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--generation_num_beams", "0"], r"--generation_num_beams 0: need an integer >= 1"),
+])
+def test_more_bad_flags(tmp_path, capsys, no_work, flags, message):
+    assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(tmp_path / "out"), *flags]) == 2
+    assert re.search(message, _one_line(capsys))

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import HfAttnInputError
 
 UPLOAD_PATTERNS = ["*.json", "*.py", "*.safetensors", "*.spm", "*.model", "*.txt", "README.md"]
-IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", "runs/**", "*.pt", "*.pth", "*.bin", "training_args.bin",
+IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", ".tmp-checkpoint/**", "runs/**", "*.pt", "*.pth", "*.bin", "training_args.bin",
                    "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json"]
 TOKENIZER_FILES = ("tokenizer_config.json",)
 

@@ -162,6 +162,12 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         self.diverged = None
+        if resume_from_checkpoint is True:  # Trainer's "the last one": the newest complete one
+            from .checkpoints import newest_complete_checkpoint
+
+            resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)[0]
+            if resume_from_checkpoint is None:
+                raise ValueError(f"no complete checkpoint to resume from in {self.args.output_dir}")
         if isinstance(resume_from_checkpoint, str):
             path = os.path.join(resume_from_checkpoint, SAMPLER_STATE)
             if os.path.isfile(path):

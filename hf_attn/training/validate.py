@@ -65,6 +65,8 @@ TRAIN_FLAGS: list[Check] = [
     _row("eval_steps", num_gt(0)),
     ("seed", lambda v: isinstance(v, int) and 0 <= v < 2 ** 32, "an integer in [0, 4294967295]"),
     _row("num_beams", int_ge(1)),
+    _row("generation_num_beams", int_ge(1)),
+    _row("generation_max_length", int_ge(1)),
     _row("length_penalty", FINITE),
     _row("generation_max_new_tokens", int_ge(1)),
     _row("vocab_size", int_ge(16)),
