@@ -199,3 +199,37 @@ def test_push_leaves_out_a_killed_save(tmp_path):
 def test_more_bad_flags(tmp_path, capsys, no_work, flags, message):
     assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(tmp_path / "out"), *flags]) == 2
     assert re.search(message, _one_line(capsys))
+
+
+KILL_DURING_SAVE = """
+import os, signal, sys
+from hf_attn.training.trainer import HfAttnSeq2SeqTrainer
+save = HfAttnSeq2SeqTrainer._save_rng_state
+def killed(self, output_dir):
+    if self.state.global_step == 4:
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9 while checkpoint-4 is being written
+    return save(self, output_dir)
+HfAttnSeq2SeqTrainer._save_rng_state = killed
+from hf_attn.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_kill_9_during_a_save(tmp_path, cache, capsys):
+    from training_helpers import offline_env
+
+    out = tmp_path / "run"
+    args = ["train", *TINY_ARGS, "--max_steps", "6", "--save_steps", "2", "--cache_dir", str(cache),
+            "--output_dir", str(out)]
+    p = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, *args], env=offline_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == -9, p.stderr[-2000:]
+    assert not (out / "checkpoint-4").exists() and (out / "checkpoint-2" / "model.safetensors").is_file()
+    assert (out / ".hf_attn.lock").is_file()  # left by the killed process: stale
+    assert main(args) == 2
+    cap = capsys.readouterr()
+    assert "removing the stale lock" in cap.out and "process" in cap.out
+    assert cap.err.strip().splitlines() == [cap.err.strip()] and "already holds checkpoint-2; pass --resume" in cap.err
+    assert main([*args, "--resume"]) == 0
+    assert f"resuming from {out / 'checkpoint-2'}" in capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text())["train_steps"] == 6
