@@ -19,7 +19,6 @@ Bad input gives one line ``hf-attn: error: ...`` and exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -96,6 +95,8 @@ def cmd_train(argv) -> int:
 
 def cmd_evaluate(argv) -> int:
     from .training.run import evaluate_dir
+    from .io_utils import dumps_strict
+    from .training.validate import DECODE_FLAGS, check_flags
 
     ap = argparse.ArgumentParser(prog="hf-attn evaluate", description="re-score a saved model (BLEU/chrF, sacrebleu)")
     ap.add_argument("model_dir")
@@ -108,18 +109,21 @@ def cmd_evaluate(argv) -> int:
     ap.add_argument("--batch_size", "--batch-size", type=int, default=32)
     ap.add_argument("--max_samples", "--max-samples", type=int, default=None)
     a = ap.parse_args(argv)
+    check_flags(DECODE_FLAGS, a)
     out = evaluate_dir(a.model_dir, a.split, a.test_file, a.source, a.target, a.num_beams, a.length_penalty,
                        a.batch_size, a.max_samples)
     print(f"BLEU {out['bleu']:.2f} / chrF {out['chrf']:.2f} on {out['sentences']} sentences ({out['data']}), "
           f"beam {out['num_beams']} | {out['bleu_signature']}")
-    print(json.dumps(out))
+    print(dumps_strict(out))
     return 0
 
 
 def cmd_translate(argv) -> int:
     from .errors import HfAttnInputError
-    from .generation import translate_texts
-    from .rundir import load_model_dir, run_arg
+    from .generation import decoding_settings, translate_texts
+    from .io_utils import check_output_file, decode_utf8, read_text, text_lines
+    from .rundir import check_model_files, load_model_dir, run_arg
+    from .training.validate import DECODE_FLAGS, check_flags
 
     ap = argparse.ArgumentParser(prog="hf-attn translate", description="translate stdin or a file, one sentence per line")
     ap.add_argument("model_dir")
@@ -129,19 +133,22 @@ def cmd_translate(argv) -> int:
     ap.add_argument("--length_penalty", "--length-penalty", type=float, default=None)
     ap.add_argument("--batch_size", "--batch-size", type=int, default=32)
     a = ap.parse_args(argv)
+    check_flags(DECODE_FLAGS, a)
     if a.input and not os.path.isfile(a.input):
         raise HfAttnInputError(f"--input {a.input!r}: no such file; give a text file with one sentence per line")
-    model, tokenizer = load_model_dir(a.model_dir)
+    if a.output:
+        check_output_file(a.output, "--output")
+    check_model_files(a.model_dir)  # before reading stdin
     if a.input:
-        with open(a.input, encoding="utf-8") as f:
-            lines = [x.rstrip("\n") for x in f]
+        text = read_text(a.input, f"--input {a.input!r}")
     else:
-        lines = [x.rstrip("\n") for x in sys.stdin]
-    gc = model.generation_config
-    hyps = translate_texts(model, tokenizer, lines, num_beams=a.num_beams or gc.num_beams or 4,
-                           length_penalty=a.length_penalty if a.length_penalty is not None else (gc.length_penalty or 1.0),
-                           batch_size=a.batch_size, progress=len(lines) > 64,
-                           max_source_length=run_arg(a.model_dir, "max_source_length", 256))
+        stdin = getattr(sys.stdin, "buffer", None)
+        text = decode_utf8(stdin.read(), "stdin") if stdin is not None else sys.stdin.read()
+    lines = text_lines(text)
+    model, tokenizer = load_model_dir(a.model_dir)
+    beams, lp = decoding_settings(model, a.num_beams, a.length_penalty)
+    hyps = translate_texts(model, tokenizer, lines, num_beams=beams, length_penalty=lp, batch_size=a.batch_size,
+                           progress=len(lines) > 64, max_source_length=run_arg(a.model_dir, "max_source_length", 256))
     text = "\n".join(hyps) + ("\n" if hyps else "")
     if a.output:
         with open(a.output, "w", encoding="utf-8") as f:

@@ -5,6 +5,13 @@ from __future__ import annotations
 import torch
 
 
+def decoding_settings(model, num_beams: int | None = None, length_penalty: float | None = None) -> tuple[int, float]:
+    """(beams, length penalty): the given values, else the model's generation config (what its run used), else 4, 1."""
+    gc = model.generation_config
+    beams = num_beams or gc.num_beams or 4
+    return beams, (length_penalty if length_penalty is not None else (gc.length_penalty or 1.0))
+
+
 def translate_texts(model, tokenizer, texts: list[str], num_beams: int = 4, length_penalty: float = 1.0,
                     batch_size: int = 32, max_source_length: int = 256, max_new_tokens: int | None = None,
                     progress: bool = True, desc: str = "translating") -> list[str]:

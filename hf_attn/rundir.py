@@ -11,31 +11,84 @@ from pathlib import Path
 from .errors import HfAttnInputError
 
 
+def read_run_args(run_dir: str | os.PathLike) -> dict:
+    """hf-attn's flags of the run in ``run_dir`` (its run_args.json; {} when there is none)."""
+    path = Path(run_dir) / "run_args.json"
+    if not path.is_file():
+        return {}
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8"))["hf_attn"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise HfAttnInputError(f"{str(path)!r} is not a run_args.json written by `hf-attn train` ({type(e).__name__}: "
+                               f"{str(e)[:80]}); restore it or remove it") from None
+
+
 def run_arg(model_dir: str, key: str, default=None):
     """A flag of the `hf-attn train` run that wrote ``model_dir`` (its run_args.json), or ``default``."""
-    path = Path(model_dir) / "run_args.json"
-    if not path.is_file():
-        return default
-    return json.loads(path.read_text(encoding="utf-8")).get("hf_attn", {}).get(key, default)
+    return read_run_args(model_dir).get(key, default)
+
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def weights_ok(d: Path) -> bool:
+    """True when ``d`` holds model weights and a .safetensors file among them is as long as its header says."""
+    d = Path(d)
+    for name in WEIGHT_FILES:
+        f = d / name
+        if f.is_file():
+            return name.endswith(".json") or name.endswith(".bin") or _safetensors_ok(f)
+    return False
+
+
+def _safetensors_ok(path: Path) -> bool:
+    """True when the header of a .safetensors file is readable and the file is as long as the header says."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        return path.stat().st_size >= 8 + n + end
+    except (OSError, ValueError, KeyError, TypeError, MemoryError, OverflowError):
+        return False
+
+
+def check_model_files(model_dir: str) -> Path:
+    """config.json and complete weights, or one line saying what is missing or truncated (before any loading)."""
+    d = Path(model_dir)
+    if not (d / "config.json").is_file():
+        raise HfAttnInputError(f"{model_dir!r} holds no config.json; give a directory written by `hf-attn train` or "
+                               "save_pretrained")
+    if not any((d / n).is_file() for n in WEIGHT_FILES):
+        raise HfAttnInputError(f"{model_dir!r}: no model weights (model.safetensors); the run did not finish: resume "
+                               "it with --resume, or give a directory written by `hf-attn train` or save_pretrained")
+    if not weights_ok(d):
+        raise HfAttnInputError(f"{model_dir!r}: model weights truncated or unreadable (model.safetensors is shorter "
+                               "than its header says); copy or save the model again")
+    return d
 
 
 def load_model_dir(model_dir: str):
-    """(model, tokenizer) of a run or ``save_pretrained`` directory; an hf-attn model loads as its own class."""
+    """(model, tokenizer) of a run or ``save_pretrained`` directory; an hf-attn model loads as its own class. Missing
+    or truncated weights, or weights that lack tensors the config needs, give one line."""
     from transformers import AutoModelForSeq2SeqLM
 
     from . import swap_attention  # noqa: F401  (registers the hf-attn Auto classes)
     from .data import load_tokenizer
 
-    d = Path(model_dir)
-    if not (d / "config.json").is_file():
-        raise HfAttnInputError(f"{model_dir!r} holds no config.json; give a directory written by `hf-attn train` or "
-                               "save_pretrained")
-    model, info = AutoModelForSeq2SeqLM.from_pretrained(str(d), output_loading_info=True)
+    d = check_model_files(model_dir)
+    try:
+        model, info = AutoModelForSeq2SeqLM.from_pretrained(str(d), output_loading_info=True)
+        tokenizer = load_tokenizer(d)
+    except Exception as e:  # noqa: BLE001 - transformers/safetensors/tokenizers raise many kinds; name the cause
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise HfAttnInputError(f"{model_dir!r}: cannot load the model or its tokenizer ({type(e).__name__}: {first}); "
+                               "give a directory written by `hf-attn train` or save_pretrained") from None
     missing = info.get("missing_keys") or []
     if missing:
         raise HfAttnInputError(f"{model_dir!r}: its weights lack {len(missing)} tensor(s) the config needs (e.g. "
                                f"{sorted(missing)[0]}); give the directory the model was saved to")
-    return model, load_tokenizer(d)
+    return model, tokenizer
 
 
 def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
@@ -46,10 +99,7 @@ def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None,
 
     if split not in ("test", "validation", "train"):
         raise HfAttnInputError(f"--split {split!r}: valid: test, validation, train")
-    d = Path(model_dir)
-    prev = {}
-    if (d / "run_args.json").is_file():
-        prev = json.loads((d / "run_args.json").read_text())["hf_attn"]
+    prev = read_run_args(model_dir)
     source = source or prev.get("source")
     target = target or prev.get("target")
     if test_file:

@@ -167,16 +167,19 @@ def test_interrupted_run_resumes(tmp_path, cache):
     from hf_attn.training.run import train
     from hf_attn.training.trainer import InterruptAfterSteps
 
-    common = ["--preset", "rela-g", *TINY_ARGS, "--max_steps", "6", "--save_steps", "2", "--dropout", "0.1",
+    # about 13 steps per epoch: checkpoint-14 lies in the second epoch (issue 14: a mid-epoch resume used another
+    # data order than the uninterrupted run from the second epoch on)
+    common = ["--preset", "rela-g", *TINY_ARGS, "--max_steps", "16", "--save_steps", "7", "--dropout", "0.1",
               "--cache_dir", str(cache)]
     out = tmp_path / "run"
     h, t, o, g = parse_train_args(common + ["--output_dir", str(out)])
-    with pytest.raises(HfAttnInputError, match="interrupted at step 3; resume from checkpoint-2 with the same command plus --resume"):
-        train(h, t, o, g, extra_callbacks=[InterruptAfterSteps(3)])
+    with pytest.raises(HfAttnInputError, match="interrupted at step 15; resume from checkpoint-14 with the same command plus --resume"):
+        train(h, t, o, g, extra_callbacks=[InterruptAfterSteps(15)])
     assert not (out / "model.safetensors").exists()
+    assert 1 < json.loads((out / "checkpoint-14" / "trainer_state.json").read_text())["epoch"] < 2
     assert main(["train", *common, "--output_dir", str(out), "--resume"]) == 0
-    state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
-    assert state["global_step"] == 6
+    state = json.loads((out / "checkpoint-16" / "trainer_state.json").read_text())
+    assert state["global_step"] == 16
     # the resumed run equals an uninterrupted one: same weights (optimizer, scheduler, RNG and data order restored)
     ref = tmp_path / "ref"
     assert main(["train", *common, "--output_dir", str(ref)]) == 0
@@ -188,9 +191,10 @@ def test_interrupted_run_resumes(tmp_path, cache):
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
     # resuming a run whose last checkpoint already holds --max_steps (stopped during test decoding) trains no more
     assert main(["train", *common, "--output_dir", str(out), "--resume"]) == 0
-    assert not (out / "checkpoint-7").exists()
+    assert not (out / "checkpoint-17").exists()
     resumed = json.loads((out / "results.json").read_text())
-    assert resumed["train_steps"] == 6
+    assert resumed["train_steps"] == 16
+    assert resumed["curves"]["train_loss"] == json.loads((ref / "results.json").read_text())["curves"]["train_loss"]
     assert resumed["training"]["embedding_init_std"] == round(32 ** -0.5, 6)  # reported like the original run
     c = load_file(out / "model.safetensors")
     for k in a:

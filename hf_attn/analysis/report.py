@@ -85,6 +85,14 @@ def check_options(a) -> list[str]:
         raise HfAttnInputError(f"--tau {a.tau}: need a temperature > 0, e.g. 0.5")
     if a.batch_size < 1:
         raise HfAttnInputError(f"--batch_size {a.batch_size}: need at least 1")
+    if a.output:  # checked before the analysis, not after it
+        from ..io_utils import check_output_file
+
+        check_output_file(a.output, "--output")
+    if a.plot_dir:
+        from ..io_utils import ensure_writable_dir
+
+        ensure_writable_dir(a.plot_dir, "--plot_dir")
     return names
 
 
@@ -121,6 +129,8 @@ def analyze_dirs(a) -> dict:
             plot_layer_statistics(rep["layers"], path, title=f"{Path(d).name} ({rep['preset']}): {len(src)} sentences")
             print(f"wrote {path}")
     if a.output:
-        Path(a.output).write_text(json.dumps(results, indent=2))
+        from ..io_utils import write_json
+
+        write_json(a.output, results)
         print(f"wrote {a.output}")
     return results

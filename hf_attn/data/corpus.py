@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import HfAttnInputError
+from ..io_utils import read_text, text_lines
 
 SPLITS = ("train", "validation", "test")
 
@@ -112,88 +113,109 @@ def read_parallel_file(path: str | os.PathLike, source: str | None, target: str 
     return _read_tsv(p, source, target, split)
 
 
+def _what(p, split: str) -> str:
+    return f"{_flag(split)} {str(p)!r}"
+
+
+def _drop_empty(pairs: list[tuple[str, str]], what: str) -> list[tuple[str, str]]:
+    """The pairs whose source and target are both non-empty; the number dropped is printed, like the length filter."""
+    kept = [(s, t) for s, t in pairs if s and t]
+    if len(kept) < len(pairs):
+        print(f"[hf-attn] data: dropped {len(pairs) - len(kept)} of {len(pairs)} pairs in {what} with an empty source "
+              "or target", flush=True)
+    return kept
+
+
+def _text(tr: dict, lang: str, where: str) -> str:
+    v = tr[lang]
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise HfAttnInputError(f"{where}: 'translation'[{lang!r}] is a {type(v).__name__}, not a string ({json.dumps(v)[:40]}); "
+                               "write each sentence as a JSON string")
+    return v.strip()
+
+
 def _read_jsonl(p: Path, source, target, split):
-    rows = []
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
+    pairs = []
+    for n, line in enumerate(text_lines(read_text(p, _what(p, split))), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise HfAttnInputError(
+                f"{_flag(split)} {str(p)!r} line {n} is not valid JSON ({e.msg}); write one "
+                '{"translation": {"de": "...", "en": "..."}} object per line'
+            ) from None
+        tr = obj.get("translation") if isinstance(obj, dict) else None
+        if not isinstance(tr, dict):
+            keys = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+            raise HfAttnInputError(
+                f"{_flag(split)} {str(p)!r} line {n} has no 'translation' object (found: {keys}); write "
+                '{"translation": {"de": "...", "en": "..."}} per line (the run_translation format)'
+            )
+        if source is None or target is None:
+            if len(tr) != 2:
                 raise HfAttnInputError(
-                    f"{_flag(split)} {str(p)!r} line {n} is not valid JSON ({e.msg}); write one "
-                    '{"translation": {"de": "...", "en": "..."}} object per line'
-                ) from None
-            tr = obj.get("translation") if isinstance(obj, dict) else None
-            if not isinstance(tr, dict):
-                keys = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
-                raise HfAttnInputError(
-                    f"{_flag(split)} {str(p)!r} line {n} has no 'translation' object (found: {keys}); write "
-                    '{"translation": {"de": "...", "en": "..."}} per line (the run_translation format)'
+                    f"{_flag(split)} {str(p)!r} line {n}: 'translation' has keys {sorted(tr)}; say which pair "
+                    "to use with --source and --target"
                 )
-            if source is None or target is None:
-                if len(tr) != 2:
-                    raise HfAttnInputError(
-                        f"{_flag(split)} {str(p)!r} line {n}: 'translation' has keys {sorted(tr)}; say which pair "
-                        "to use with --source and --target"
-                    )
-                source, target = list(tr)
-            for lang in (source, target):
-                if lang not in tr:
-                    raise HfAttnInputError(
-                        f"{_flag(split)} {str(p)!r} line {n}: 'translation' has no {lang!r} key (keys: "
-                        f"{sorted(tr)}); pass --source/--target with keys that the file uses"
-                    )
-            s, t = str(tr[source] or "").strip(), str(tr[target] or "").strip()
-            if s and t:
-                rows.append({"translation": {source: s, target: t}})
-    return rows, source, target
+            source, target = list(tr)
+        for lang in (source, target):
+            if lang not in tr:
+                raise HfAttnInputError(
+                    f"{_flag(split)} {str(p)!r} line {n}: 'translation' has no {lang!r} key (keys: "
+                    f"{sorted(tr)}); pass --source/--target with keys that the file uses"
+                )
+        where = f"{_flag(split)} {str(p)!r} line {n}"
+        pairs.append((_text(tr, source, where), _text(tr, target, where)))
+    pairs = _drop_empty(pairs, _what(p, split))
+    return [{"translation": {source: s, target: t}} for s, t in pairs], source, target
 
 
 def _read_tsv(p: Path, source, target, split):
+    import io
+
     rows = []
-    with open(p, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for n, rec in enumerate(reader, 1):
-            if not rec or all(not x.strip() for x in rec):
+    reader = csv.reader(io.StringIO(read_text(p, _what(p, split)), newline=""), delimiter="\t",
+                        quoting=csv.QUOTE_NONE)
+    for n, rec in enumerate(reader, 1):
+        if not rec or all(not x.strip() for x in rec):
+            continue
+        if len(rec) < 2:
+            raise HfAttnInputError(
+                f"{_flag(split)} {str(p)!r} line {n} has {len(rec)} column(s), need 2 (source<TAB>target); "
+                "write TSV lines or use a .jsonl file in the run_translation format"
+            )
+        if n == 1 and (source is None or [source, target] == [x.strip() for x in rec[:2]]) and \
+                all(1 < len(x.strip()) <= 12 and " " not in x.strip() for x in rec[:2]):
+            if source is None:  # a header names the languages
+                source, target = rec[0].strip(), rec[1].strip()
                 continue
-            if len(rec) < 2:
-                raise HfAttnInputError(
-                    f"{_flag(split)} {str(p)!r} line {n} has {len(rec)} column(s), need 2 (source<TAB>target); "
-                    "write TSV lines or use a .jsonl file in the run_translation format"
-                )
-            if n == 1 and (source is None or [source, target] == [x.strip() for x in rec[:2]]) and \
-                    all(1 < len(x.strip()) <= 12 and " " not in x.strip() for x in rec[:2]):
-                if source is None:  # a header names the languages
-                    source, target = rec[0].strip(), rec[1].strip()
-                    continue
-                if [source, target] == [x.strip() for x in rec[:2]]:
-                    continue
-            if len(rec) > 2:
-                raise HfAttnInputError(
-                    f"{_flag(split)} {str(p)!r} line {n} has {len(rec)} columns, need 2 (source<TAB>target); "
-                    "remove the extra tabs"
-                )
-            s, t = rec[0].strip(), rec[1].strip()
-            if s and t:
-                rows.append((s, t))
+            if [source, target] == [x.strip() for x in rec[:2]]:
+                continue
+        if len(rec) > 2:
+            raise HfAttnInputError(
+                f"{_flag(split)} {str(p)!r} line {n} has {len(rec)} columns, need 2 (source<TAB>target); "
+                "remove the extra tabs"
+            )
+        rows.append((rec[0].strip(), rec[1].strip()))
+    rows = _drop_empty(rows, _what(p, split))
     source, target = source or "source", target or "target"
     return [{"translation": {source: s, target: t}} for s, t in rows], source, target
 
 
 def _read_parallel_text(p: Path, source, target, split):
-    with open(f"{p}.{source}", encoding="utf-8") as f:
-        src = [x.rstrip("\n") for x in f]
-    with open(f"{p}.{target}", encoding="utf-8") as f:
-        tgt = [x.rstrip("\n") for x in f]
+    src = text_lines(read_text(f"{p}.{source}", f"{_flag(split)} '{p}.{source}'"))
+    tgt = text_lines(read_text(f"{p}.{target}", f"{_flag(split)} '{p}.{target}'"))
     if len(src) != len(tgt):
         raise HfAttnInputError(
             f"{_flag(split)} {str(p)!r}: {p}.{source} has {len(src)} lines but {p}.{target} has {len(tgt)}; "
             "parallel text files need one sentence per line on both sides"
         )
-    rows = [{"translation": {source: s.strip(), target: t.strip()}} for s, t in zip(src, tgt) if s.strip() and t.strip()]
-    return rows, source, target
+    pairs = _drop_empty([(s.strip(), t.strip()) for s, t in zip(src, tgt)], _what(p, split))
+    return [{"translation": {source: s, target: t}} for s, t in pairs], source, target
 
 
 def _hold_out(rows: list, n: int) -> tuple[list, list]:
@@ -282,8 +304,7 @@ def load_hf_corpus(dataset: str, config_name: str | None = None, source=None, ta
     for split_name, alias in (("train", "train"), ("validation", "validation"), ("test", "test")):
         name = alias if alias in ds else ("dev" if split_name == "validation" and "dev" in ds else None)
         if name is not None:
-            rows[split_name] = [{"translation": {source: x[source].strip(), target: x[target].strip()}}
-                                for x in ds[name]["translation"] if x.get(source) and x.get(target)]
+            rows[split_name] = _dataset_rows(ds[name]["translation"], source, target, f"--dataset {dataset!r} split {name!r}")
     notes = []
     if "validation" not in rows:
         rows["train"], rows["validation"] = _hold_out(rows["train"], 500)
@@ -299,6 +320,12 @@ def load_hf_corpus(dataset: str, config_name: str | None = None, source=None, ta
             "corpus": "dataset", "languages": [source, target], "source": source, "target": target,
             "dataset": dataset}
     return Corpus(_to_datasetdict(rows), source, target, desc, info)
+
+
+def _dataset_rows(column, source: str, target: str, what: str) -> list[dict]:
+    pairs = [(_text({source: None, target: None, **x}, source, f"{what} row {i}"),
+              _text({source: None, target: None, **x}, target, f"{what} row {i}")) for i, x in enumerate(column)]
+    return [{"translation": {source: s, target: t}} for s, t in _drop_empty(pairs, what)]
 
 
 def load_corpus(corpus: str | None = None, source: str | None = None, target: str | None = None,

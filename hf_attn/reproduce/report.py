@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..analysis.common import pyplot, save_figure
+from ..io_utils import dumps_strict
 
 SITES = ("encoder", "decoder", "cross")
 STATS = ("sparsity", "null_rate", "entropy", "head_diversity")
@@ -287,7 +288,7 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
                                          for r in records if r.get("results")}) + [""]
     md += ["## Machines", ""] + sorted({f"- {r['results']['device']}" for r in records if r.get("results")}) + [""]
     (output_dir / "REPORT.md").write_text("\n".join(md), encoding="utf-8")
-    (output_dir / "report.json").write_text(json.dumps(summary, indent=1, allow_nan=False), encoding="utf-8")
+    (output_dir / "report.json").write_text(dumps_strict(summary, indent=1), encoding="utf-8")
     if readme is not None:
         update_readme(Path(readme), records, sig)
     return output_dir / "REPORT.md"

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import HfAttnInputError
+from ..io_utils import dumps_strict
 
 RECORD_VERSION = 1
 
@@ -90,6 +91,9 @@ def matrix(presets, pairs, steps, seeds, base="marian", train_args=()) -> list[R
     for n in steps:
         if n < 1:
             raise HfAttnInputError(f"--steps {n}: need at least 1 training step")
+    for s in seeds:
+        if not 0 <= s < 2 ** 32:
+            raise HfAttnInputError(f"--seeds {s}: need seeds in [0, {2 ** 32 - 1}]")
     ordered = sorted(presets, key=lambda p: p != "softmax")
     return [RunSpec(p, *pair.split("-"), n, s, base, tuple(train_args))
             for pair in pairs for n in steps for s in seeds for p in ordered]
@@ -101,9 +105,20 @@ def record_path(output_dir: Path, spec: RunSpec) -> Path:
 
 
 def _complete_checkpoint(run_dir: Path) -> bool:
-    from transformers.trainer_utils import get_last_checkpoint
+    from ..training.checkpoints import newest_complete_checkpoint
 
-    return run_dir.is_dir() and get_last_checkpoint(str(run_dir)) is not None
+    return newest_complete_checkpoint(run_dir)[0] is not None
+
+
+def check_train_args(specs: list[RunSpec], runs_dir: Path) -> None:
+    """The `hf-attn train` flags of the matrix (and those after --), checked before any run starts."""
+    from ..training.args import parse_train_args
+    from ..training.validate import check_model_flags, check_train_flags
+
+    for spec in specs:
+        hargs, targs, overrides, _ = parse_train_args(spec.train_argv(Path(runs_dir) / spec.name, False))
+        check_train_flags(hargs, targs)
+        check_model_flags(hargs, overrides, resume=False)
 
 
 def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 200) -> dict:
@@ -136,7 +151,7 @@ def _write_record(output_dir: Path, spec: RunSpec, record: dict, hyps: list[str]
     if hyps is not None:
         path.with_suffix(".hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1, allow_nan=False, default=str), encoding="utf-8")
+    tmp.write_text(dumps_strict(record, indent=1, default=str), encoding="utf-8")  # NaN -> null, never a crash
     tmp.replace(path)  # a record is all there or not there
     return record
 
@@ -274,6 +289,7 @@ def reproduce(a, train_args: list[str], command: str) -> int:
     if not a.report_only:
         specs = matrix(_csv(a.presets, "--presets"), _csv(a.pairs, "--pairs"), _csv(a.steps, "--steps", int),
                        _csv(a.seeds, "--seeds", int), a.base, train_args)
+        check_train_args(specs, Path(a.runs_dir))
         remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)
     readme = Path(a.readme) if a.readme else None

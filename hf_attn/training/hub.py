@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import HfAttnInputError
 
 UPLOAD_PATTERNS = ["*.json", "*.py", "*.safetensors", "*.spm", "*.model", "*.txt", "README.md"]
-IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", "runs/**", "*.pt", "*.pth", "*.bin", "training_args.bin",
+IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", ".tmp-checkpoint/**", "runs/**", "*.pt", "*.pth", "*.bin", "training_args.bin",
                    "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json"]
 TOKENIZER_FILES = ("tokenizer_config.json",)
 
@@ -27,7 +27,14 @@ def check_model_dir(model_dir: str | Path) -> Path:
             f"{str(model_dir)!r} is not a complete model directory (missing {', '.join(missing)}); train it to the "
             "end or save it with model.save_pretrained + tokenizer.save_pretrained"
         )
-    cfg = json.loads((d / "config.json").read_text())
+    try:
+        cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise HfAttnInputError(f"{str(model_dir)!r}: config.json is not valid JSON ({str(e)[:80]}); re-save the model "
+                               "with save_pretrained") from None
+    from ..rundir import check_model_files
+
+    check_model_files(str(d))  # weights truncated by an interrupted copy are not uploaded
     for name in set(cfg.get("auto_map", {}).values()):
         module = name.split("--")[-1].split(".")[0]
         if not (d / f"{module}.py").is_file():

@@ -9,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import platform
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..errors import HfAttnInputError
+from ..io_utils import ensure_writable_dir, write_json
+from ..rundir import read_run_args
 
 logger = logging.getLogger("hf_attn")
 
@@ -24,20 +26,6 @@ def say(msg: str) -> None:
     """A progress line, from the main process only when several are launched (accelerate/torchrun)."""
     if os.environ.get("RANK", "0") == "0":
         print(f"[hf-attn] {msg}", flush=True)
-
-
-def ensure_writable_dir(path: str | os.PathLike, flag: str = "--output_dir") -> Path:
-    p = Path(path)
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        probe = p / ".hf_attn_write_test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise HfAttnInputError(
-            f"{flag} {str(path)!r} is not a writable directory ({e.strerror or e}); choose a directory you can write to"
-        ) from None
-    return p
 
 
 def model_classes(base: str):
@@ -120,11 +108,9 @@ def scaled_anneal(preset: str, max_steps: int, overrides: dict) -> dict:
 
 
 def _last_checkpoint(output_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    from .checkpoints import newest_complete_checkpoint
 
-    if not output_dir.is_dir():
-        return None
-    return get_last_checkpoint(str(output_dir))
+    return newest_complete_checkpoint(output_dir)[0]
 
 
 def _device_name(targs) -> str:
@@ -136,55 +122,55 @@ def _device_name(targs) -> str:
     return f"{platform.machine()} CPU, {torch.get_num_threads()} threads x {max(1, targs.world_size)} process(es)"
 
 
-def train(hargs, targs, overrides: dict | None = None, given: set | None = None, extra_callbacks=None) -> dict | None:
-    """Run the main job; returns the results dict on the main process (None on the others)."""
-    import torch
-    from transformers import set_seed
+def _prepare_output_dir(out_dir: Path, hargs, given: set) -> tuple[Path, str | None]:
+    """The output directory and the checkpoint to resume from (the newest complete one; incomplete newer ones are
+    named and skipped); on --resume the interrupted run's data/preset/base flags are taken from run_args.json."""
+    from .checkpoints import newest_complete_checkpoint
 
-    from ..data import get_tokenizer, load_corpus, load_tokenizer, make_collator, special_token_config, tokenize_split
-    from .args import MODEL_DEFAULTS, PAPER_RECIPE, PAPER_RECIPE_CITATION
-    from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback
-
-    overrides = dict(overrides or {})
-    given = set(given or ())
-    t_start = time.time()
-    _check_preset(hargs.preset)
-    if hargs.minutes is not None and (not math.isfinite(hargs.minutes) or hargs.minutes < 0):
-        raise HfAttnInputError(f"--minutes {hargs.minutes}: need a positive number of minutes (or 0 for no limit)")
-    if hargs.embedding_init_std is not None and not (math.isfinite(hargs.embedding_init_std) and hargs.embedding_init_std >= 0):
-        raise HfAttnInputError(f"--embedding_init_std {hargs.embedding_init_std}: need a std >= 0 (0 keeps the model's "
-                               "init_std; default d_model**-0.5)")
-    out_dir = ensure_writable_dir(targs.output_dir)
-    last = _last_checkpoint(out_dir)
+    last, skipped = newest_complete_checkpoint(out_dir)
+    note = f" (skipped incomplete {', '.join(skipped)})" if skipped else ""
     if hargs.resume and last is None:
-        raise HfAttnInputError(f"--resume: {str(out_dir)!r} holds no checkpoint-* directory to resume from; run without --resume")
+        raise HfAttnInputError(f"--resume: {str(out_dir)!r} holds no checkpoint-* directory that is complete, to resume from"
+                               f"{note}; run without --resume")
     if last is not None and not hargs.resume:
         raise HfAttnInputError(
-            f"--output_dir {str(out_dir)!r} already holds {Path(last).name}; pass --resume to continue that run or "
-            "choose an empty --output_dir"
+            f"--output_dir {str(out_dir)!r} already holds {Path(last).name}{note}; pass --resume to continue that run "
+            "or choose an empty --output_dir"
         )
     if hargs.resume:
-        saved = out_dir / "run_args.json"
-        if saved.is_file():  # the resumed run uses the interrupted run's data, preset and base
-            prev = json.loads(saved.read_text())["hf_attn"]
-            for k in ("preset", "base", "corpus", "source", "target", "train_file", "validation_file", "test_file",
-                      "dataset", "dataset_config_name", "vocab_size", "spm_model_type", "max_train_samples",
-                      "max_source_length", "max_target_length", "max_length_ratio", "init_from", "tokenizer_name",
-                      "embedding_init_std"):
-                if k not in given and k in prev:
-                    setattr(hargs, k, prev[k])
+        for name in skipped:
+            say(f"skipping incomplete {name} (a save that did not finish)")
+        prev = read_run_args(out_dir)  # the resumed run uses the interrupted run's data, preset and base
+        for k in RESUMED_FLAGS:
+            if k not in given and k in prev:
+                setattr(hargs, k, prev[k])
         say(f"resuming from {last}")
-    set_seed(targs.seed)
-    base = hargs.base
-    cfg_cls, model_cls = model_classes(base)
+    return out_dir, last
 
-    # ---------------------------------------------------------------------------------------------- data
-    limits = {"train": hargs.max_train_samples, "validation": hargs.max_eval_samples, "test": hargs.max_predict_samples}
-    corpus = load_corpus(hargs.corpus, hargs.source, hargs.target, hargs.train_file, hargs.validation_file,
-                         hargs.test_file, hargs.dataset, hargs.dataset_config_name, limits)
-    say(f"data: {corpus.description}; pairs: " + ", ".join(f"{k} {v:,}" for k, v in corpus.sizes().items()))
 
-    # ---------------------------------------------------------------------------------------------- tokenizer
+RESUMED_FLAGS = ("preset", "base", "corpus", "source", "target", "train_file", "validation_file", "test_file", "dataset",
+                 "dataset_config_name", "vocab_size", "spm_model_type", "max_train_samples", "max_source_length",
+                 "max_target_length", "max_length_ratio", "init_from", "tokenizer_name", "embedding_init_std")
+
+
+def train(hargs, targs, overrides: dict | None = None, given: set | None = None, extra_callbacks=None) -> dict | None:
+    """Run the main job; returns the results dict on the main process (None on the others).
+
+    Every flag is checked first; the output directory is then locked (one run at a time) until the run ends."""
+    from .checkpoints import RunLock
+    from .validate import check_train_flags
+
+    check_train_flags(hargs, targs)
+    out_dir = ensure_writable_dir(targs.output_dir)
+    with RunLock(out_dir):
+        return _train(out_dir, hargs, targs, overrides, given, extra_callbacks)
+
+
+def _run_tokenizer(hargs, targs, out_dir: Path, corpus, base: str):
+    """(tokenizer, description): the interrupted run's on --resume, a saved one (--tokenizer_name/--init_from), or a
+    SentencePiece model trained on the training split (cached)."""
+    from ..data import get_tokenizer, load_tokenizer
+
     tok_source = None
     if hargs.resume and (out_dir / "tokenizer_config.json").is_file():
         tokenizer, tok_source = load_tokenizer(out_dir), str(out_dir)
@@ -204,7 +190,16 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         tok_source = str(tok_path)
     tokenizer_info = f"{hargs.spm_model_type} {len(tokenizer):,} tokens" if not hargs.init_from else f"from {tok_source}"
 
-    # ---------------------------------------------------------------------------------------------- model
+    return tokenizer, tokenizer_info
+
+
+def _build_model(hargs, targs, last, overrides: dict, tokenizer, base: str):
+    """(model, base, token-embedding init std): from the checkpoint on --resume, warm-started with --init_from, or
+    from scratch with the preset; generation settings configured."""
+    from ..data import special_token_config
+    from .args import MODEL_DEFAULTS
+
+    cfg_cls, model_cls = model_classes(base)
     defaults = MODEL_DEFAULTS
     embedding_init_std = None  # a warm-started run keeps its embeddings
     if hargs.resume:
@@ -231,43 +226,14 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         embedding_init_std = init_embeddings(model, hargs.embedding_init_std)
     configure_generation(model, tokenizer, base, hargs.num_beams, hargs.length_penalty,
                          max_length=hargs.generation_max_new_tokens + 2)
-    n_params = sum(p.numel() for p in model.parameters())
-    say(f"model: {type(model).__name__} preset {model.config.preset or hargs.preset}, {n_params / 1e6:.2f}M parameters, "
-        f"d_model {model.config.d_model}, {model.config.encoder_layers}+{model.config.decoder_layers} layers")
+    return model, base, embedding_init_std
 
-    # ---------------------------------------------------------------------------------------------- tokenise
-    ratio = hargs.max_length_ratio or None
-    train_ds = tokenize_split(corpus.splits["train"], tokenizer, corpus.source_lang, corpus.target_lang,
-                              hargs.max_source_length, hargs.max_target_length, filter_long=True,
-                              max_length_ratio=ratio, desc="tokenizing train")
-    eval_ds = tokenize_split(corpus.splits["validation"], tokenizer, corpus.source_lang, corpus.target_lang,
-                             hargs.max_source_length, hargs.max_target_length, filter_long=False,
-                             desc="tokenizing validation")
 
-    # ---------------------------------------------------------------------------------------------- trainer
-    push_after = bool(targs.push_to_hub)
-    targs.push_to_hub = False  # we push the finished directory ourselves (card, results, no checkpoints)
-    if targs.predict_with_generate and targs.eval_strategy != "no":
-        targs.generation_num_beams = targs.generation_num_beams or hargs.num_beams
-    budget = TimeBudgetCallback(hargs.minutes, TimeBudgetCallback.elapsed_in(last if hargs.resume else None))
-    from .metrics import Seq2SeqMetrics
+def _fit(trainer, hargs, targs, last, out_dir: Path) -> tuple[bool, float, int]:
+    """Train (or skip a finished checkpoint); (done before, training seconds, target tokens over all processes).
+    Ctrl-C and a non-finite loss end here with one line that says how to go on."""
+    import torch
 
-    trainer = HfAttnSeq2SeqTrainer(
-        model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tokenizer,
-        data_collator=make_collator(tokenizer, model),
-        compute_metrics=Seq2SeqMetrics(tokenizer) if targs.predict_with_generate else None,
-        callbacks=[budget, *(extra_callbacks or [])],
-    )
-    budget.trainer = trainer
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(out_dir)
-        (out_dir / "run_args.json").write_text(json.dumps(
-            {"hf_attn": dataclasses.asdict(hargs), "model_overrides": overrides,
-             "training": targs.to_dict()}, indent=2, default=str))
-    plan = f"{hargs.minutes:g} minutes" if hargs.minutes else f"{targs.max_steps} steps" if targs.max_steps > 0 \
-        else f"{targs.num_train_epochs:g} epochs"
-    say(f"training {hargs.preset} for {plan} (batch {targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps} "
-        f"accumulation x {targs.world_size} process(es), lr {targs.learning_rate}, {targs.lr_scheduler_type})")
     t_train = time.time()
     done = _finished_checkpoint(last, targs.max_steps) if hargs.resume else False
     try:
@@ -291,46 +257,75 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         t = torch.tensor([float(tokens)])
         torch.distributed.all_reduce(t)
         tokens = int(t.item())
-    loss_hist = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    if loss_hist and not all(math.isfinite(x) for x in loss_hist[-3:]):
+    if trainer.diverged is not None:
+        step, loss = trainer.diverged
         raise HfAttnInputError(
-            f"training diverged (loss {loss_hist[-1]}) at step {trainer.state.global_step}; lower --learning_rate "
-            f"(now {targs.learning_rate}) or raise --warmup_steps"
+            f"training diverged: loss {loss} at step {step}" + (f" of {targs.max_steps}" if targs.max_steps > 0 else "")
+            + f"; lower --learning_rate (now {targs.learning_rate}) or raise --warmup_steps (now {targs.warmup_steps}), "
+            f"and start again in an empty --output_dir"
         )
-    val = trainer.evaluate(metric_key_prefix="validation")
-    trainer.save_model(str(out_dir))  # every process calls it (FSDP/DeepSpeed gather); only the main one writes
-    if not trainer.is_world_process_zero():
-        return None
+    return done, train_seconds, tokens
 
-    # ---------------------------------------------------------------------------------------------- test
+
+def _finish(c) -> dict:
+    """Translate and score the test split, write results.json and the model card, push if asked (main process)."""
+    from .cards import write_model_card
     from ..generation import translate_texts
     from .metrics import score_translations
+    from .reference import reference_for
 
-    model = trainer.model
+    hargs, targs, out_dir = c.hargs, c.targs, c.out_dir
+    model = c.trainer.model
     model.eval()
-    src_test, ref_test = corpus.pairs("test")
+    src_test, ref_test = c.corpus.pairs("test")
     say(f"translating the test split ({len(src_test):,} sentences, beam {hargs.num_beams})")
     t_dec = time.time()
-    hyps = translate_texts(model, tokenizer, src_test, num_beams=hargs.num_beams, length_penalty=hargs.length_penalty,
+    hyps = translate_texts(model, c.tokenizer, src_test, num_beams=hargs.num_beams, length_penalty=hargs.length_penalty,
                            batch_size=targs.per_device_eval_batch_size, max_source_length=hargs.max_source_length,
                            max_new_tokens=hargs.generation_max_new_tokens, desc="test")
-    dec_seconds = time.time() - t_dec
-    scores = score_translations(hyps, ref_test)
+    c.dec_seconds = time.time() - t_dec
+    c.scores = score_translations(hyps, ref_test)
     (out_dir / "test_translations.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    last_train_loss = loss_hist[-1] if loss_hist else None
-    aux_keys = sorted({k for h in trainer.state.log_history for k in h if k not in (
+    run = _results(c, model, src_test, hyps)
+    run["reference"] = reference_for(run)
+    write_json(out_dir / "results.json", run, default=str)
+    write_model_card(out_dir, hargs.hub_repo_id or targs.hub_model_id)
+    say(summary_line(run))
+    if c.push_after:
+        from .hub import push_model_dir
+
+        repo = hargs.hub_repo_id or targs.hub_model_id
+        info = push_model_dir(out_dir, repo, private=targs.hub_private_repo, token=targs.hub_token)
+        say(f"pushed to {getattr(info, 'commit_url', repo)}")
+    return run
+
+
+def _last_aux(log_history: list[dict], val: dict) -> dict:
+    """The last logged value of each auxiliary-loss column."""
+    aux_keys = sorted({k for h in log_history for k in h if k not in (
         "loss", "learning_rate", "grad_norm", "epoch", "step")} - {k for k in val} - {
         "train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"})
     last_aux = {}
-    for h in trainer.state.log_history:
+    for h in log_history:
         for k in aux_keys:
             if k in h:
                 last_aux[k] = h[k]
+    return last_aux
+
+
+def _results(c, model, src_test: list[str], hyps: list[str]) -> dict:
+    """results.json (strict JSON once written: a non-finite number becomes null)."""
+    from .args import PAPER_RECIPE, PAPER_RECIPE_CITATION
+
+    hargs, targs, trainer, corpus, scores, val = c.hargs, c.targs, c.trainer, c.corpus, c.scores, c.val
+    train_seconds, tokens, dec_seconds = c.train_seconds, c.tokens, c.dec_seconds
+    last_train_loss = c.loss_hist[-1] if c.loss_hist else None
+    last_aux = _last_aux(trainer.state.log_history, val)
     run = {
-        "preset": hargs.preset, "base": base, "model_class": type(model).__name__,
+        "preset": hargs.preset, "base": c.base, "model_class": type(model).__name__,
         "source_lang": corpus.source_lang, "target_lang": corpus.target_lang,
         "data": corpus.info, "data_description": corpus.description, "sizes": {
-            "train": len(train_ds), "validation": len(eval_ds), "test": len(src_test),
+            "train": len(c.train_ds), "validation": len(c.eval_ds), "test": len(src_test),
             "train_before_filtering": corpus.sizes()["train"]},
         "bleu": scores["bleu"], "chrf": scores["chrf"], "bleu_signature": scores["bleu_signature"],
         "chrf_signature": scores["chrf_signature"], "bleu_details": scores["bleu_details"],
@@ -338,15 +333,15 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
         "validation_loss": round(val.get("validation_loss", float("nan")), 4),
         "train_loss": last_train_loss, "aux_logs": last_aux,
         "curves": loss_curves(trainer.state.log_history, trainer.state.global_step, val.get("validation_loss")),
-        "params": n_params, "train_steps": trainer.state.global_step,
+        "params": c.n_params, "train_steps": trainer.state.global_step,
         "epochs": round(float(trainer.state.epoch or 0), 3),
-        "minutes": hargs.minutes, "budget": plan,
-        "train_minutes": round((budget.elapsed() if hargs.minutes else train_seconds) / 60, 2),
+        "minutes": hargs.minutes, "budget": c.plan,
+        "train_minutes": round((c.budget.elapsed() if hargs.minutes else train_seconds) / 60, 2),
         "train_seconds_this_run": round(train_seconds, 1),
         "tokens_per_second": round(tokens / train_seconds, 1) if train_seconds > 0 else None,
         "decode_seconds": round(dec_seconds, 1),
         "decode_sentences_per_second": round(len(src_test) / dec_seconds, 2) if dec_seconds > 0 else None,
-        "total_seconds": round(time.time() - t_start, 1),
+        "total_seconds": round(time.time() - c.t_start, 1),
         "device": _device_name(targs), "world_size": targs.world_size,
         "model_config": {k: getattr(model.config, k, None) for k in (
             "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim", "vocab_size",
@@ -359,33 +354,98 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
             "learning_rate", "lr_scheduler_type", "warmup_steps", "per_device_train_batch_size",
             "gradient_accumulation_steps", "label_smoothing_factor", "adam_beta1", "adam_beta2", "weight_decay",
             "max_grad_norm", "seed", "world_size")},
-        "init_from": hargs.init_from, "tokenizer_info": tokenizer_info, "max_source_length": hargs.max_source_length,
+        "init_from": hargs.init_from, "tokenizer_info": c.tokenizer_info, "max_source_length": hargs.max_source_length,
         "example_source": src_test[0] if src_test else None, "example_translation": hyps[0] if hyps else None,
-        "default_model_size": not any(k in overrides for k in ("d_model", "encoder_layers", "decoder_layers",
+        "default_model_size": not any(k in c.overrides for k in ("d_model", "encoder_layers", "decoder_layers",
                                                                 "encoder_ffn_dim", "encoder_attention_heads"))
                               and hargs.init_from is None,
-        "output_dir": str(out_dir),
+        "output_dir": str(c.out_dir),
     }
     run["training"]["lr_scheduler_type"] = str(getattr(targs.lr_scheduler_type, "value", targs.lr_scheduler_type))
-    run["training"]["embedding_init_std"] = embedding_init_std
-    from .reference import reference_for
-
-    run["reference"] = reference_for(run)
-    (out_dir / "results.json").write_text(json.dumps(run, indent=2, default=str), encoding="utf-8")
-    from .cards import write_model_card
-
-    write_model_card(out_dir, hargs.hub_repo_id or targs.hub_model_id)
-    say(summary_line(run))
-    if push_after:
-        from .hub import push_model_dir
-
-        repo = hargs.hub_repo_id or targs.hub_model_id
-        if not repo:
-            raise HfAttnInputError("--push_to_hub needs --hub_model_id user/name")
-        info = push_model_dir(out_dir, repo, private=targs.hub_private_repo, token=targs.hub_token)
-        say(f"pushed to {getattr(info, 'commit_url', repo)}")
+    run["training"]["embedding_init_std"] = c.embedding_init_std
     return run
 
+
+def _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra_callbacks):
+    from ..data import make_collator
+    from .metrics import Seq2SeqMetrics
+    from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback
+
+    if targs.predict_with_generate and targs.eval_strategy != "no":
+        targs.generation_num_beams = targs.generation_num_beams or hargs.num_beams
+    budget = TimeBudgetCallback(hargs.minutes, TimeBudgetCallback.elapsed_in(last if hargs.resume else None))
+    trainer = HfAttnSeq2SeqTrainer(
+        model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tokenizer,
+        data_collator=make_collator(tokenizer, model),
+        compute_metrics=Seq2SeqMetrics(tokenizer) if targs.predict_with_generate else None,
+        callbacks=[budget, *(extra_callbacks or [])],
+    )
+    budget.trainer = trainer
+    return trainer, budget
+
+
+def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> dict | None:
+    """Data -> tokenizer -> model -> Trainer -> validation loss and the saved model -> `_finish` (test, results)."""
+    from transformers import set_seed
+
+    from ..data import load_corpus, tokenize_split
+    from .validate import check_cache_dir, check_model_flags
+
+    overrides = dict(overrides or {})
+    given = set(given or ())
+    t_start = time.time()
+    out_dir, last = _prepare_output_dir(out_dir, hargs, given)
+    check_model_flags(hargs, overrides, resume=hargs.resume)
+    check_cache_dir(hargs, trains_tokenizer=not (hargs.tokenizer_name or hargs.init_from or (
+        hargs.resume and (out_dir / "tokenizer_config.json").is_file())))
+    set_seed(targs.seed)
+    base = hargs.base
+
+    # ---------------------------------------------------------------------------------------------- data
+    limits = {"train": hargs.max_train_samples, "validation": hargs.max_eval_samples, "test": hargs.max_predict_samples}
+    corpus = load_corpus(hargs.corpus, hargs.source, hargs.target, hargs.train_file, hargs.validation_file,
+                         hargs.test_file, hargs.dataset, hargs.dataset_config_name, limits)
+    say(f"data: {corpus.description}; pairs: " + ", ".join(f"{k} {v:,}" for k, v in corpus.sizes().items()))
+
+    tokenizer, tokenizer_info = _run_tokenizer(hargs, targs, out_dir, corpus, base)
+
+    model, base, embedding_init_std = _build_model(hargs, targs, last, overrides, tokenizer, base)
+    n_params = sum(p.numel() for p in model.parameters())
+    say(f"model: {type(model).__name__} preset {model.config.preset or hargs.preset}, {n_params / 1e6:.2f}M parameters, "
+        f"d_model {model.config.d_model}, {model.config.encoder_layers}+{model.config.decoder_layers} layers")
+
+    # ---------------------------------------------------------------------------------------------- tokenise
+    ratio = hargs.max_length_ratio or None
+    train_ds = tokenize_split(corpus.splits["train"], tokenizer, corpus.source_lang, corpus.target_lang,
+                              hargs.max_source_length, hargs.max_target_length, filter_long=True,
+                              max_length_ratio=ratio, desc="tokenizing train")
+    eval_ds = tokenize_split(corpus.splits["validation"], tokenizer, corpus.source_lang, corpus.target_lang,
+                             hargs.max_source_length, hargs.max_target_length, filter_long=False,
+                             desc="tokenizing validation")
+
+    push_after = bool(targs.push_to_hub)
+    targs.push_to_hub = False  # we push the finished directory ourselves (card, results, no checkpoints)
+    trainer, budget = _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra_callbacks)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(out_dir)
+        write_json(out_dir / "run_args.json", {"hf_attn": dataclasses.asdict(hargs), "model_overrides": overrides,
+                                               "training": targs.to_dict()}, default=str)
+    plan = f"{hargs.minutes:g} minutes" if hargs.minutes else f"{targs.max_steps} steps" if targs.max_steps > 0 \
+        else f"{targs.num_train_epochs:g} epochs"
+    say(f"training {hargs.preset} for {plan} (batch {targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps} "
+        f"accumulation x {targs.world_size} process(es), lr {targs.learning_rate}, {targs.lr_scheduler_type})")
+    done, train_seconds, tokens = _fit(trainer, hargs, targs, last, out_dir)
+    loss_hist = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    val = trainer.evaluate(metric_key_prefix="validation")
+    trainer.save_model(str(out_dir))  # every process calls it (FSDP/DeepSpeed gather); only the main one writes
+    if not trainer.is_world_process_zero():
+        return None
+
+    return _finish(SimpleNamespace(
+        trainer=trainer, tokenizer=tokenizer, corpus=corpus, hargs=hargs, targs=targs, out_dir=out_dir, base=base,
+        overrides=overrides, n_params=n_params, train_ds=train_ds, eval_ds=eval_ds, val=val, loss_hist=loss_hist,
+        budget=budget, plan=plan, train_seconds=train_seconds, tokens=tokens, tokenizer_info=tokenizer_info,
+        embedding_init_std=embedding_init_std, t_start=t_start, push_after=push_after))
 
 def loss_curves(log_history: list[dict], final_step: int, final_validation_loss) -> dict:
     """``{"train_loss": [[step, loss], ...], "validation_loss": [[step, loss], ...]}`` from Trainer's log history
@@ -421,15 +481,13 @@ def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = No
                  max_samples: int | None = None, write: bool = True) -> dict:
     """Re-score a saved model on its run's split (Bible/files/dataset from run_args.json) or on a file."""
     from ..rundir import load_model_dir, run_pairs
-    from ..generation import translate_texts
+    from ..generation import decoding_settings, translate_texts
     from .metrics import score_translations
 
     d = Path(model_dir)
     model, tokenizer = load_model_dir(model_dir)
     src, ref, what, prev = run_pairs(model_dir, split, test_file, source, target, max_samples)
-    gc = model.generation_config
-    beams = num_beams or gc.num_beams or 4
-    lp = length_penalty if length_penalty is not None else (gc.length_penalty or 1.0)
+    beams, lp = decoding_settings(model, num_beams, length_penalty)
     say(f"translating {len(src):,} sentences ({what}), beam {beams}")
     t0 = time.time()
     hyps = translate_texts(model, tokenizer, src, num_beams=beams, length_penalty=lp, batch_size=batch_size,
@@ -440,7 +498,7 @@ def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = No
            "sentences": len(src), "num_beams": beams, "length_penalty": lp, "decode_seconds": round(time.time() - t0, 1)}
     if write:
         try:
-            (d / "evaluate_results.json").write_text(json.dumps(out, indent=2))
-        except OSError:
-            pass
+            write_json(d / "evaluate_results.json", out)
+        except OSError as e:  # a read-only model directory: the scores are returned (and printed) all the same
+            say(f"could not write {d / 'evaluate_results.json'} ({e.strerror or e}); the scores are not saved there")
     return out

@@ -8,6 +8,10 @@
   beside ``loss``; the number of target tokens trained on is counted for tokens/s.
 * `TrainingStepCallback` (added automatically; add it to a stock ``Seq2SeqTrainer`` yourself) tells the model the
   optimiser step before each step (``model.set_training_step``: attention calibration's annealing).
+* A checkpoint is written under ``.tmp-checkpoint/`` and renamed to ``checkpoint-N`` when complete (a kill during
+  a save leaves no half-written checkpoint); the data order of the epoch it was taken in is saved with it, so a
+  mid-epoch ``--resume`` sees the same batches as the uninterrupted run.
+* A non-finite loss at any step stops training at once (``trainer.diverged`` = (step, loss)).
 * `TimeBudgetCallback` stops training after a wall-clock budget (kept across ``--resume``) and agrees on the
   stopping step across processes (DDP).
 """
@@ -20,9 +24,43 @@ import os
 import time
 from collections import defaultdict
 
+import shutil
+
 import torch
 from transformers import Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler
+
+from .checkpoints import TMP_DIR
+
+SAMPLER_STATE = "sampler_state.pt"
+
+
+class ResumableLengthGroupedSampler(LengthGroupedSampler):
+    """`LengthGroupedSampler` (same order, drawn from the global RNG) that remembers the RNG state each epoch's
+    permutation was drawn from, and on resume draws the resumed epoch's permutation from the saved state. Trainer's
+    own restore loads the RNG state of the checkpoint, which is the state at the checkpoint's step, not at the start
+    of its epoch: a mid-epoch resume then skipped the right number of batches of a different permutation."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epoch = 0
+        self.drawn: dict | None = None  # {"epoch": e, "rng": ByteTensor}: what this epoch's permutation came from
+        self.resume: dict | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.resume is not None and self.resume.get("epoch") == self.epoch:
+            rng = self.resume["rng"]
+            self.generator = torch.Generator().manual_seed(0)
+            self.generator.set_state(rng)
+        else:
+            rng, self.generator = torch.get_rng_state(), None
+        self.resume = None
+        self.drawn = {"epoch": self.epoch, "rng": rng.clone()}
+        return super().__iter__()
 
 
 def _scalar(v) -> float | None:
@@ -49,6 +87,11 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
         self._aux_sums: dict[str, float] = defaultdict(float)
         self._aux_counts: dict[str, int] = defaultdict(int)
         self.train_target_tokens = 0
+        self.diverged: tuple[int, float] | None = None  # (step, loss) of the first non-finite training loss
+        self._checkpoint_tmp_root: str | None = None
+        self._sampler: ResumableLengthGroupedSampler | None = None
+        self._sampler_resume: dict | None = None
+        self.add_callback(_StopOnDivergence(self))
 
     # ------------------------------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -98,6 +141,102 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
             self._aux_counts.clear()
         super().log(logs, *args, **kwargs)
 
+    # ------------------------------------------------------------------------------------------ divergence
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        value = float(loss.detach().float().sum().cpu()) if torch.is_tensor(loss) else float(loss)
+        if not math.isfinite(value) and self.diverged is None:
+            self.diverged = (int(self.state.global_step) + 1, value)
+        return loss
+
+    # ------------------------------------------------------------------------------------------ data order
+    def _get_train_sampler(self, train_dataset=None):
+        sampler = super()._get_train_sampler(train_dataset)
+        if type(sampler) is LengthGroupedSampler:
+            new = ResumableLengthGroupedSampler(sampler.batch_size, lengths=sampler.lengths)
+            new.resume, self._sampler_resume = self._sampler_resume, None
+            sampler = self._sampler = new
+        return sampler
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        self.diverged = None
+        if resume_from_checkpoint is True:  # Trainer's "the last one": the newest complete one
+            from .checkpoints import newest_complete_checkpoint
+
+            resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)[0]
+            if resume_from_checkpoint is None:
+                raise ValueError(f"no complete checkpoint to resume from in {self.args.output_dir}")
+        if isinstance(resume_from_checkpoint, str):
+            path = os.path.join(resume_from_checkpoint, SAMPLER_STATE)
+            if os.path.isfile(path):
+                self._sampler_resume = torch.load(path, weights_only=True)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def _get_output_dir(self, trial) -> str:
+        return self._checkpoint_tmp_root or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Write ``checkpoint-N`` under ``.tmp-checkpoint/`` and rename it into place when complete."""
+        from transformers.trainer_utils import rotate_checkpoints
+
+        run_dir = super()._get_output_dir(trial)
+        name = f"checkpoint-{self.state.global_step}"
+        tmp_root = os.path.join(run_dir, TMP_DIR)
+        tmp, final = os.path.join(tmp_root, name), os.path.join(run_dir, name)
+        if self.args.should_save and os.path.isdir(tmp):
+            shutil.rmtree(tmp)  # left by a save that was killed
+        self.accelerator.wait_for_everyone()
+        self._checkpoint_tmp_root = tmp_root
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._checkpoint_tmp_root = None
+        if self.state.best_model_checkpoint and self.state.best_model_checkpoint.startswith(tmp_root):
+            self.state.best_model_checkpoint = os.path.join(run_dir, os.path.basename(self.state.best_model_checkpoint))
+        if self.args.should_save:
+            self._save_extras(tmp)
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            if os.path.isdir(final):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            shutil.rmtree(tmp_root, ignore_errors=True)
+            rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+        self.accelerator.wait_for_everyone()
+
+    def _save_extras(self, ckpt: str) -> None:
+        """Files of hf-attn's own written into the checkpoint before it becomes visible."""
+        if self._sampler is not None and self._sampler.drawn is not None:
+            torch.save(self._sampler.drawn, os.path.join(ckpt, SAMPLER_STATE))
+        for cb in self.callback_handler.callbacks:
+            if hasattr(cb, "write_checkpoint_files"):
+                cb.write_checkpoint_files(ckpt, self.state)
+
+
+def _any_process(flag: bool) -> bool:
+    """``flag`` or-ed over the processes of a DDP run (each process sees only its own loss)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        t = torch.tensor([1.0 if flag else 0.0])
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return bool(t.item() > 0)
+    return flag
+
+
+class _StopOnDivergence(TrainerCallback):
+    """Stop at the first step with a non-finite loss, without saving or evaluating that step's weights."""
+
+    def __init__(self, trainer: HfAttnSeq2SeqTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if _any_process(self.trainer.diverged is not None):
+            if self.trainer.diverged is None:
+                self.trainer.diverged = (state.global_step, float("nan"))
+            control.should_training_stop = True
+            control.should_save = control.should_evaluate = False
+
 
 
 class TrainingStepCallback(TrainerCallback):
@@ -133,12 +272,7 @@ class TimeBudgetCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.budget is None:
             return
-        stop = self.elapsed() >= self.budget
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            flag = torch.tensor([1.0 if stop else 0.0])
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-            stop = bool(flag.item() > 0)
-        if stop:
+        if _any_process(self.elapsed() >= self.budget):
             control.should_training_stop = True
             control.should_save = True
         self._describe()
@@ -150,13 +284,10 @@ class TimeBudgetCallback(TrainerCallback):
             if isinstance(cb, ProgressCallback) and getattr(cb, "training_bar", None) is not None:
                 cb.training_bar.set_description(f"{self.elapsed() / 60:.1f}/{self.budget / 60:.1f} min")
 
-    def on_save(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        ckpt = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        if os.path.isdir(ckpt):
-            with open(os.path.join(ckpt, self.FILE), "w") as f:
-                json.dump({"elapsed_seconds": self.elapsed(), "budget_seconds": self.budget}, f)
+    def write_checkpoint_files(self, ckpt: str, state) -> None:
+        """Called by `HfAttnSeq2SeqTrainer` on the main process while the checkpoint is still being written."""
+        with open(os.path.join(ckpt, self.FILE), "w") as f:
+            json.dump({"elapsed_seconds": self.elapsed(), "budget_seconds": self.budget}, f)
 
     @classmethod
     def elapsed_in(cls, checkpoint: str | None) -> float:

@@ -1,0 +1,113 @@
+"""Checkpoints that are all there or not there, the newest complete one, and the lock on an output directory.
+
+* `HfAttnSeq2SeqTrainer` writes ``checkpoint-N`` under ``.tmp-checkpoint/`` and renames it into ``--output_dir``
+  when complete, so a kill during a save leaves no half-written ``checkpoint-N`` behind.
+* `newest_complete_checkpoint` is what ``--resume`` and the "already holds" check use; it skips (and names)
+  incomplete checkpoints written by older versions or by other tools.
+* `RunLock`: one run per output directory. The lock file stores the PID and host; a lock of a dead process on this
+  host is stale and taken over. Under ``accelerate launch`` only the main process (RANK 0) takes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from pathlib import Path
+
+from ..errors import HfAttnInputError
+from ..rundir import weights_ok
+
+TMP_DIR = ".tmp-checkpoint"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+def is_complete(d: str | os.PathLike) -> bool:
+    d = Path(d)
+    return (d / "trainer_state.json").is_file() and (d / "config.json").is_file() and weights_ok(d)
+
+
+def newest_complete_checkpoint(output_dir: str | os.PathLike) -> tuple[str | None, list[str]]:
+    """(path of the newest complete ``checkpoint-N``, names of the newer incomplete ones skipped)."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return None, []
+    found = sorted(((int(m.group(1)), p) for p in out.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))),
+                   reverse=True)
+    skipped = []
+    for _, p in found:
+        if is_complete(p):
+            return str(p), skipped
+        skipped.append(p.name)
+    return None, skipped
+
+
+# -------------------------------------------------------------------------------------------------------- lock
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+class RunLock:
+    """``--output_dir``/.hf_attn.lock: a second run in the same directory stops with one clear line."""
+
+    NAME = ".hf_attn.lock"
+
+    def __init__(self, output_dir: str | os.PathLike):
+        self.path = Path(output_dir) / self.NAME
+        self.held = False
+
+    def acquire(self) -> "RunLock":
+        if os.environ.get("RANK", "0") != "0":  # another process of the same (accelerate/torchrun) run
+            return self
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._check_stale()
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.held = True
+            return self
+        raise HfAttnInputError(f"--output_dir {str(self.path.parent)!r}: cannot take the lock {self.path.name}; "
+                               "remove it if no run uses that directory")
+
+    def _check_stale(self) -> None:
+        try:
+            info = json.loads(self.path.read_text())
+            pid, host = int(info["pid"]), str(info["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            info, pid, host = {}, None, None
+        if pid is not None and (host != socket.gethostname() or _alive(pid)):
+            raise HfAttnInputError(
+                f"--output_dir {str(self.path.parent)!r} is in use by process {pid} on {host} (since "
+                f"{info.get('started', '?')}); wait for it, choose another --output_dir, or delete "
+                f"{self.path} if that process is gone"
+            )
+        print(f"[hf-attn] removing the stale lock {self.path} ({'process ' + str(pid) + ' is gone' if pid else 'unreadable'})",
+              flush=True)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()

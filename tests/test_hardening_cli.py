@@ -1,0 +1,235 @@
+"""Issue 14, the CLI: every flag checked before any work, a diverged run fails, incomplete checkpoints are skipped,
+one run per output directory, and translate/evaluate/push/reproduce give one line for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from hf_attn.cli import main
+from training_helpers import TINY_ARGS, train_tiny
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("tokcache")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache):
+    return train_tiny(tmp_path_factory.mktemp("run") / "rela-g", cache_dir=cache)
+
+
+def _one_line(capsys, progress=False) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    if progress:  # a run that got as far as training also printed progress bars (datasets' map)
+        err = [x for x in err if x.startswith("hf-attn")]
+    assert len(err) == 1 and err[0].startswith("hf-attn: error: "), err
+    return err[0]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Loading data, training a tokenizer or translating is work: a flag error must come before it."""
+    import hf_attn.data
+    import hf_attn.generation
+
+    def boom(*a, **k):
+        raise AssertionError("work started before the flags were checked")
+
+    monkeypatch.setattr(hf_attn.data, "load_corpus", boom)
+    monkeypatch.setattr(hf_attn.generation, "translate_texts", boom)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--learning_rate", "-1"], r"--learning_rate -1.0: need a number > 0"),
+    (["--learning_rate", "nan"], r"--learning_rate nan: need a number > 0"),
+    (["--per_device_train_batch_size", "0"], r"--per_device_train_batch_size 0: need an integer >= 1"),
+    (["--per_device_eval_batch_size", "0"], r"--per_device_eval_batch_size 0: need an integer >= 1"),
+    (["--gradient_accumulation_steps", "0"], r"--gradient_accumulation_steps 0: need an integer >= 1"),
+    (["--encoder_attention_heads", "3"], r"--encoder_attention_heads 3 does not divide --d_model 32"),
+    (["--dropout", "1.5"], r"--dropout 1.5: need a probability in \[0, 1\)"),
+    (["--attention_dropout", "-0.1"], r"--attention_dropout -0.1: need a probability in \[0, 1\)"),
+    (["--num_beams", "0"], r"--num_beams 0: need an integer >= 1"),
+    (["--max_steps", "0"], r"--max_steps 0: need an integer >= 1"),
+    (["--max_length_ratio", "-1"], r"--max_length_ratio -1.0: need 0 \(keep all\) or a ratio >= 1"),
+    (["--max_source_length", "1"], r"--max_source_length 1: need an integer >= 2"),
+    (["--label_smoothing_factor", "1"], r"--label_smoothing_factor 1.0: need a number in \[0, 1\)"),
+    (["--vocab_size", "5"], r"--vocab_size 5: need an integer >= 16"),
+    (["--generation_max_new_tokens", "0"], r"--generation_max_new_tokens 0: need an integer >= 1"),
+    (["--minutes", "-1"], r"--minutes -1.0: need a number >= 0"),
+    (["--push_to_hub", "true"], r"--push_to_hub needs --hub_model_id user/name"),
+    (["--cache_dir", "{file}/cache"], r"--cache_dir .* is not a writable directory"),
+])
+def test_bad_flags_fail_before_any_work(tmp_path, capsys, no_work, flags, message):
+    (tmp_path / "file").write_text("x")
+    flags = [f.replace("{file}", str(tmp_path / "file")) for f in flags]
+    assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(tmp_path / "out"), *flags]) == 2
+    assert re.search(message, _one_line(capsys))
+
+
+def test_read_only_cache_from_the_environment(tmp_path, capsys, no_work, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("HF_ATTN_CACHE", str(tmp_path / "file" / "cache"))
+    assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(tmp_path / "out")]) == 2
+    assert re.search(r"\$HF_ATTN_CACHE .* is not a writable directory", _one_line(capsys))
+
+
+def test_diverged_run_fails(tmp_path, cache, capsys):
+    out = tmp_path / "out"
+    assert main(["train", *TINY_ARGS, "--learning_rate", "1e6", "--warmup_steps", "0", "--max_steps", "4",
+                 "--logging_steps", "25", "--max_grad_norm", "0", "--cache_dir", str(cache),
+                 "--output_dir", str(out)]) == 2
+    line = _one_line(capsys, progress=True)
+    assert re.search(r"training diverged: loss (nan|inf|-inf) at step \d of 4; lower --learning_rate \(now 1000000.0\)", line)
+    assert not (out / "results.json").exists() and not (out / ".hf_attn.lock").exists()
+
+
+def test_results_json_is_strict(trained):
+    json.loads((trained / "results.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in results.json"))
+    assert not (trained / ".hf_attn.lock").exists()  # released at the end of the run
+
+
+def test_resume_skips_an_incomplete_checkpoint(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    shutil.copytree(run / "checkpoint-6", run / "checkpoint-9")
+    (run / "checkpoint-9" / "model.safetensors").unlink()  # killed while saving (an older version's layout)
+    assert main(["train", *TINY_ARGS, "--max_steps", "6", "--output_dir", str(run)]) == 2
+    assert "already holds checkpoint-6 (skipped incomplete checkpoint-9); pass --resume" in _one_line(capsys)
+    assert main(["train", *TINY_ARGS, "--max_steps", "6", "--output_dir", str(run), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "skipping incomplete checkpoint-9" in out and f"resuming from {run / 'checkpoint-6'}" in out
+
+
+def test_a_second_run_in_the_same_directory_is_refused(tmp_path, capsys, no_work):
+    out = tmp_path / "out"
+    out.mkdir()
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / ".hf_attn.lock").write_text(json.dumps({"pid": first.pid, "host": socket.gethostname()}))
+        assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(out)]) == 2
+    finally:
+        first.kill()
+        first.wait()
+    assert f"is in use by process {first.pid}" in _one_line(capsys)
+
+
+# ---------------------------------------------------------------------------------------- translate / evaluate
+@pytest.mark.parametrize("cmd", ["translate", "evaluate"])
+@pytest.mark.parametrize("flags, message", [
+    (["--batch_size", "0"], r"--batch_size 0: need an integer >= 1"),
+    (["--num_beams", "0"], r"--num_beams 0: need an integer >= 1"),
+    (["--length_penalty", "nan"], r"--length_penalty nan: need a finite number"),
+])
+def test_translate_evaluate_flags(trained, capsys, no_work, cmd, flags, message):
+    assert main([cmd, str(trained), *flags]) == 2
+    assert re.search(message, _one_line(capsys))
+
+
+def test_translate_unwritable_output_fails_before_translating(trained, tmp_path, capsys, no_work):
+    (tmp_path / "in.txt").write_text("Im Anfang war das Wort.\n")
+    for bad in (tmp_path, tmp_path / "missing" / "out.txt"):
+        assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--output", str(bad)]) == 2
+        assert re.search(r"--output .* (is a directory|cannot be written)", _one_line(capsys))
+
+
+def test_translate_non_utf8_input(trained, tmp_path, capsys):
+    (tmp_path / "in.txt").write_bytes(b"gut\n" + "Straße".encode("latin-1") + b"\n")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt")]) == 2
+    assert re.search(r"--input '.*in.txt' line 2 is not UTF-8", _one_line(capsys))
+
+
+@pytest.mark.parametrize("cmd", ["evaluate", "translate", "analyze"])
+def test_broken_model_directories(trained, tmp_path, capsys, cmd):
+    only_config = tmp_path / "only_config"
+    only_config.mkdir()
+    shutil.copy(trained / "config.json", only_config)
+    truncated = tmp_path / "truncated"
+    shutil.copytree(trained, truncated, ignore=shutil.ignore_patterns("checkpoint-*"))
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    for d, why in ((only_config, "no model weights"), (truncated, "truncated or unreadable")):
+        assert main([cmd, str(d)]) == 2
+        assert re.search(rf"'{re.escape(str(d))}': (model weights )?{why}", _one_line(capsys))
+
+
+def test_push_with_a_broken_config(trained, tmp_path, capsys):
+    d = tmp_path / "m"
+    shutil.copytree(trained, d, ignore=shutil.ignore_patterns("checkpoint-*"))
+    (d / "config.json").write_text("{not json")
+    assert main(["push", str(d), "me/model"]) == 2
+    assert "config.json is not valid JSON" in _one_line(capsys)
+
+
+def test_reproduce_checks_the_training_flags_first(tmp_path, capsys, monkeypatch):
+    from hf_attn.reproduce import runner
+
+    monkeypatch.setattr(runner, "run_matrix", lambda *a, **k: pytest.fail("runs started"))
+    assert main(["reproduce", "--output_dir", str(tmp_path / "r"), "--runs_dir", str(tmp_path / "runs"),
+                 "--", "--learning_rate", "-1"]) == 2
+    assert "--learning_rate -1.0: need a number > 0" in _one_line(capsys)
+    assert main(["reproduce", "--seeds", "-1", "--output_dir", str(tmp_path / "r")]) == 2
+    assert "--seeds -1: need seeds in [0, 4294967295]" in _one_line(capsys)
+    os.environ.pop("HF_ATTN_CACHE", None)
+
+
+def test_push_leaves_out_a_killed_save(tmp_path):
+    from huggingface_hub.utils import filter_repo_objects
+
+    from hf_attn.training.hub import IGNORE_PATTERNS, UPLOAD_PATTERNS
+
+    files = ["config.json", ".tmp-checkpoint/checkpoint-3/config.json", ".tmp-checkpoint/checkpoint-3/model.safetensors",
+             ".hf_attn.lock", "results.json.tmp"]
+    assert list(filter_repo_objects(files, allow_patterns=UPLOAD_PATTERNS, ignore_patterns=IGNORE_PATTERNS)) == ["config.json"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--generation_num_beams", "0"], r"--generation_num_beams 0: need an integer >= 1"),
+])
+def test_more_bad_flags(tmp_path, capsys, no_work, flags, message):
+    assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(tmp_path / "out"), *flags]) == 2
+    assert re.search(message, _one_line(capsys))
+
+
+KILL_DURING_SAVE = """
+import os, signal, sys
+from hf_attn.training.trainer import HfAttnSeq2SeqTrainer
+save = HfAttnSeq2SeqTrainer._save_rng_state
+def killed(self, output_dir):
+    if self.state.global_step == 4:
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9 while checkpoint-4 is being written
+    return save(self, output_dir)
+HfAttnSeq2SeqTrainer._save_rng_state = killed
+from hf_attn.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_kill_9_during_a_save(tmp_path, cache, capsys):
+    from training_helpers import offline_env
+
+    out = tmp_path / "run"
+    args = ["train", *TINY_ARGS, "--max_steps", "6", "--save_steps", "2", "--cache_dir", str(cache),
+            "--output_dir", str(out)]
+    p = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, *args], env=offline_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == -9, p.stderr[-2000:]
+    assert not (out / "checkpoint-4").exists() and (out / "checkpoint-2" / "model.safetensors").is_file()
+    assert (out / ".hf_attn.lock").is_file()  # left by the killed process: stale
+    assert main(args) == 2
+    cap = capsys.readouterr()
+    assert "removing the stale lock" in cap.out and "process" in cap.out
+    assert cap.err.strip().splitlines() == [cap.err.strip()] and "already holds checkpoint-2; pass --resume" in cap.err
+    assert main([*args, "--resume"]) == 0
+    assert f"resuming from {out / 'checkpoint-2'}" in capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text())["train_steps"] == 6

@@ -1,0 +1,131 @@
+"""Issue 14, the trainer: checkpoints appear only when complete, the data order of a mid-epoch resume, divergence at
+any step, and the output-directory lock."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_attn.errors import HfAttnInputError
+from hf_attn.training import HfAttnSeq2SeqTrainer
+from test_training import data, make_trainer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_a_checkpoint_appears_only_when_complete(tmp_path, monkeypatch):
+    def killed(self, output_dir):
+        raise SystemExit("kill -9 while saving")
+
+    t = make_trainer(tmp_path, max_steps=2, save_strategy="steps", save_steps=1, save_total_limit=1)
+    monkeypatch.setattr(HfAttnSeq2SeqTrainer, "_save_rng_state", killed)
+    with pytest.raises(SystemExit):
+        t.train()
+    assert not (tmp_path / "checkpoint-1").exists()  # the half-written save is not visible under its name
+    assert get_last_checkpoint(str(tmp_path)) is None
+    monkeypatch.undo()
+    t = make_trainer(tmp_path, max_steps=3, save_strategy="steps", save_steps=1, save_total_limit=2)
+    t.train()
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint"))
+    assert names == ["checkpoint-2", "checkpoint-3"]  # rotation still keeps save_total_limit
+    assert (tmp_path / "checkpoint-3" / "model.safetensors").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_newest_complete_checkpoint_skips_incomplete_ones(tmp_path):
+    from hf_attn.training.checkpoints import newest_complete_checkpoint
+
+    t = make_trainer(tmp_path, max_steps=2, save_strategy="steps", save_steps=1)
+    t.train()
+    (tmp_path / "checkpoint-5").mkdir()
+    (tmp_path / "checkpoint-5" / "config.json").write_text("{}")
+    shutil.copytree(tmp_path / "checkpoint-2", tmp_path / "checkpoint-4")
+    (tmp_path / "checkpoint-4" / "model.safetensors").write_bytes(b"\x00" * 10)  # truncated
+    last, skipped = newest_complete_checkpoint(tmp_path)
+    assert last == str(tmp_path / "checkpoint-2") and skipped == ["checkpoint-5", "checkpoint-4"]
+
+
+@pytest.mark.parametrize("lr", [1e6])
+def test_a_non_finite_loss_at_any_step_stops_training(tmp_path, lr):
+    # logging every 25 steps, 3 steps: the old check only saw logged losses (and Trainer filters NaN out of them)
+    t = make_trainer(tmp_path, max_steps=6, learning_rate=lr, logging_steps=25, warmup_steps=0, max_grad_norm=0)
+    t.train()
+    assert t.diverged is not None
+    step, loss = t.diverged
+    assert step < 6 and not math.isfinite(loss)
+    assert t.state.global_step == step  # stopped at once
+
+
+def test_mid_epoch_resume_restores_the_data_order(tmp_path):
+    """group_by_length draws a permutation per epoch from the global RNG: a resumed run must see the same one."""
+    from hf_attn.training.trainer import InterruptAfterSteps
+
+    def run(out, stop=None, resume=None):
+        t = make_trainer(out, ds=data(n=40), max_steps=12, save_strategy="steps", save_steps=7,
+                         train_sampling_strategy="group_by_length", per_device_train_batch_size=8)
+        if stop:
+            t.add_callback(InterruptAfterSteps(stop))
+        seen = []
+        orig = t.compute_loss
+
+        def spy(model, inputs, *a, **k):
+            seen.append(inputs["input_ids"][:, 0].tolist())
+            return orig(model, inputs, *a, **k)
+
+        t.compute_loss = spy
+        t.train(resume_from_checkpoint=resume)
+        return t, seen
+
+    full, order_full = run(tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):  # 5 steps per epoch: checkpoint-7 is mid-way through epoch 2
+        run(tmp_path / "part", stop=8)
+    torch.manual_seed(123)  # the resumed process's RNG is elsewhere (other model init, other data loading)
+    resumed, order_resumed = run(tmp_path / "part", resume=str(tmp_path / "part" / "checkpoint-7"))
+    assert order_resumed == order_full[7:]
+    for (k, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=k)
+
+
+# ------------------------------------------------------------------------------------------------------ lock
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_output_dir_lock(tmp_path, capsys):
+    from hf_attn.training.checkpoints import RunLock
+
+    lock = RunLock(tmp_path)
+    lock.acquire()
+    info = json.loads((tmp_path / RunLock.NAME).read_text())
+    assert info["pid"] == os.getpid() and info["host"] == socket.gethostname()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / RunLock.NAME).write_text(json.dumps({"pid": sleeper.pid, "host": socket.gethostname()}))
+        with pytest.raises(HfAttnInputError, match=rf"is in use by process {sleeper.pid} on {socket.gethostname()}"):
+            RunLock(tmp_path).acquire()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    (tmp_path / RunLock.NAME).write_text(json.dumps({"pid": _dead_pid(), "host": socket.gethostname()}))
+    second = RunLock(tmp_path)
+    second.acquire()  # a dead process's lock is stale
+    assert "stale lock" in capsys.readouterr().out
+    second.release()
+    assert not (tmp_path / RunLock.NAME).exists()
+    os.environ["RANK"] = "1"  # a second process of the same accelerate run takes no lock
+    try:
+        (tmp_path / RunLock.NAME).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+        RunLock(tmp_path).acquire()
+    finally:
+        del os.environ["RANK"]
