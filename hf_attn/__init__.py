@@ -23,7 +23,7 @@ for _config, _model in (
 ):
     AutoConfig.register(_config.model_type, _config, exist_ok=True)
     AutoModelForSeq2SeqLM.register(_config, _model, exist_ok=True)
-    # save_pretrained writes auto_map and copies the modeling files (HF_NOTES: both calls are needed)
+    # save_pretrained writes auto_map and copies the modeling files (both calls are needed)
     _config.register_for_auto_class()
     _model.register_for_auto_class("AutoModelForSeq2SeqLM")
 

@@ -1,4 +1,4 @@
-"""Gaussian-mixture cross-attention (Zhang & Feng 2021; VARIANTS.md section 2): normalisation, numerics, padding,
+"""Gaussian-mixture cross-attention (Zhang & Feng 2021): normalisation, numerics, padding,
 parameter overhead, the synthesis network's decoding state, and the gate / mixture analysis (Figure 5).
 
 The generic preset contract (training step, beam search, cache agreement, output_attentions, remote-code load)
@@ -158,7 +158,7 @@ def ffn_params(dh, n_out):
     ],
 )
 def test_parameter_overhead_per_layer(preset, expected):
-    """VARIANTS.md section 2: about +17.5k parameters per layer at dh = 64, K = 4 (paper: +0.1M for 6 layers)."""
+    """About +17.5k parameters per layer at dh = 64, K = 4 (paper: +0.1M for 6 layers)."""
     size = dict(d_model=256, encoder_attention_heads=4, decoder_attention_heads=4, max_position_embeddings=16)
     n = {p: sum(t.numel() for t in tiny_model("marian", p, **size).parameters()) for p in ("softmax", preset)}
     per_layer = (n[preset] - n["softmax"]) / 2

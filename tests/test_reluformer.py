@@ -1,4 +1,4 @@
-"""ReLUFormer (Shen et al. 2023; VARIANTS.md section 3): the per-query scale sqrt(n/2), the regulariser L_reg
+"""ReLUFormer (Shen et al. 2023): the per-query scale sqrt(n/2), the regulariser L_reg
 (hand computation, finiteness, averaging, its gradient through the trainer with label smoothing), query chunking
 for long inputs, and config errors. The preset contract (training, beam, cache, Hub round trip) is in
 test_presets.py."""

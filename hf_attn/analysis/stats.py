@@ -58,13 +58,8 @@ def attention_details(model, **inputs) -> dict:
 def collect_attentions(model, input_ids, attention_mask, labels=None, decoder_input_ids=None) -> dict:
     """Run one teacher-forced forward pass and return ``{site: SiteAttention}`` for encoder/decoder/cross."""
     model.eval()
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        labels=labels,
-        decoder_input_ids=decoder_input_ids,
-        output_attentions=True,
-    )
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                decoder_input_ids=decoder_input_ids, output_attentions=True)
     if decoder_input_ids is None:
         decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels=labels.clamp(min=0))
     src_real = attention_mask.bool()

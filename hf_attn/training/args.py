@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-# hf-attn's defaults for the main job (DATA.md's reference setup: vanilla Marian d_model 256, 3+3 layers,
+# hf-attn's defaults for the main job (a small Marian that trains on 2 CPU cores: d_model 256, 3+3 layers,
 # 4 heads, FFN 1024, lr 1e-3 inverse-sqrt, 300 warm-up steps, label smoothing 0.1, batch 64 verses).
 # scale_embedding=True (token embeddings x sqrt(d_model), as in Vaswani et al. 2017, fairseq and the opus-mt
 # configs): MarianConfig's default False leaves the 0.02-std token embeddings ~35x smaller than the sinusoidal
@@ -327,7 +327,7 @@ def parse_train_args(argv: list[str] | None = None):
 
         if not torch.cuda.is_available():
             # `accelerate launch --multi_gpu --num_processes N` / torchrun on a machine without GPUs: without
-            # use_cpu, TrainingArguments sets up no process group and every process trains alone (HF_NOTES)
+            # use_cpu, TrainingArguments sets up no process group and every process trains alone
             argv += ["--use_cpu", "true"]
     try:
         hargs, targs, cargs = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)

@@ -1,9 +1,9 @@
 """`Seq2SeqTrainer` glue for hf-attn models.
 
 * Every variant's auxiliary loss (``outputs.aux_loss``, already weighted) is part of the optimised loss, also
-  when ``label_smoothing_factor > 0`` makes Trainer pop the labels (the model then returns no loss: HF_NOTES
-  trap 8) and with gradient accumulation (the per-micro-batch mean is divided by the accumulation steps exactly
-  once: ``model_accepts_loss_kwargs`` is forced off, HF_NOTES trap 7).
+  when ``label_smoothing_factor > 0`` makes Trainer pop the labels (the model then returns no loss, so an
+  auxiliary loss added to it would vanish) and with gradient accumulation (the per-micro-batch mean is divided by
+  the accumulation steps exactly once: ``model_accepts_loss_kwargs`` is forced off).
 * ``outputs.aux_logs`` (e.g. ``reg_loss``, ``mean_mask``) are averaged over the logging interval and logged
   beside ``loss``; the number of target tokens trained on is counted for tokens/s.
 * `TrainingStepCallback` (added automatically; add it to a stock ``Seq2SeqTrainer`` yourself) tells the model the
