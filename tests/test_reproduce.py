@@ -126,3 +126,10 @@ def test_bad_flags_are_one_line_errors(tmp_path):
     assert r.returncode == 2 and "SOURCE-TARGET" in r.stderr
     r = run_cli(["reproduce", "--output_dir", str(tmp_path), "--", "--preset", "relu"])
     assert r.returncode == 2 and "--presets" in r.stderr
+
+
+def test_claim_texts_fit_a_markdown_table():
+    from hf_attn.reproduce.claims import CLAIMS
+
+    for c in CLAIMS:
+        assert "|" not in c.claim + c.criterion + c.explanation, c.claim
