@@ -47,9 +47,8 @@ MODEL_DEFAULTS = dict(
     encoder_ffn_dim=1024, decoder_ffn_dim=1024, max_position_embeddings=512, scale_embedding=True, **PAPER_RECIPE,
 )
 # The main job's budget: a step count, not wall-clock time, so its BLEU differs between machines only by float
-# rounding (rela-g: 12.6 with 1 torch thread, 13.0 with 2). 600 steps
-# (about 25 minutes on 2 CPU cores): after 300 the 3+3 model still emits short or looping verses (softmax: BLEU
-# 0.3 / chrF 6.9). `--minutes N` trains for a wall-clock budget instead.
+# rounding (the thread count changes float sums). 600 steps (about half an hour on 2 CPU cores): after 300 the
+# 3+3 model still emits short or looping verses. `--minutes N` trains for a wall-clock budget instead.
 DEFAULT_MAX_STEPS = 600
 
 # config fields that are not flags: set from the tokenizer, by hf-attn, or meaningless for training
@@ -286,7 +285,7 @@ def build_train_parser(argv: list[str] | None = None):
         raise HfAttnInputError(f"--base {base!r} is not valid; valid: marian, bart")
     parser = HfArgumentParser((HfAttnArguments, Seq2SeqTrainingArguments, model_config_arguments(base)),
                               prog="hf-attn train",
-                              description="Train an hf-attn model (default: rela-g, Bible German->English, 600 steps: about 25 minutes on 2 CPU cores), "
+                              description="Train an hf-attn model (default: rela-g, Bible German->English, 600 steps: about half an hour on 2 CPU cores), "
                               "score it on the test split with beam search and save a Hub-ready model directory.")
     parser.set_defaults(**TRAINING_DEFAULTS)
     type_hyperparameter_flags(parser)
