@@ -133,3 +133,17 @@ def test_claim_texts_fit_a_markdown_table():
 
     for c in CLAIMS:
         assert "|" not in c.claim + c.criterion + c.explanation, c.claim
+
+
+def test_reproduce_with_bart_on_files(tmp_path):
+    """The matrix runs BART too (and data files, given after --); the record says which base it trained."""
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    r = run_cli(["reproduce", "--presets", "softmax", "--pairs", "de-en", "--steps", "2", "--seeds", "1", "--base", "bart",
+                 "--output_dir", str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100",
+                 "--", *FLAGS, *_data(tmp_path)], timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (path,) = (out / "runs").glob("*.json")
+    assert path.name.startswith("bart_de-en_2steps_seed1_")
+    rec = json.loads(path.read_text())
+    assert rec["results"]["base"] == "bart" and rec["results"]["model_class"].endswith("BartForConditionalGeneration")
+    assert "## de->en, 2 steps, seed 1, bart" in (out / "REPORT.md").read_text()
