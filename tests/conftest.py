@@ -76,6 +76,20 @@ def attention_context(output_attentions: bool = False, **fields):
     return AttentionContext(output_attentions=output_attentions, **{**defaults, **fields})
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A tokenizer cache shared by the tests of one module."""
+    return tmp_path_factory.mktemp("tokcache")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache):
+    """A tiny rela-g run directory (6 steps on 200 Bible verses), trained once per test module."""
+    from training_helpers import train_tiny
+
+    return train_tiny(tmp_path_factory.mktemp("run") / "rela-g", cache_dir=cache)
+
+
 @pytest.fixture
 def batch():
     return tiny_batch()

@@ -11,20 +11,10 @@ import torch
 
 import hf_attn
 from hf_attn.cli import main
-from training_helpers import TINY_ARGS, bible_pairs, run_cli, train_tiny, write_jsonl
+from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("tokcache")
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, cache):
-    return train_tiny(tmp_path_factory.mktemp("run") / "rela-g", cache_dir=cache)
 
 
 def test_presets_command(capsys):

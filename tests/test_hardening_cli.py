@@ -14,19 +14,9 @@ import sys
 import pytest
 
 from hf_attn.cli import main
-from training_helpers import TINY_ARGS, train_tiny
+from training_helpers import TINY_ARGS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("tokcache")
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, cache):
-    return train_tiny(tmp_path_factory.mktemp("run") / "rela-g", cache_dir=cache)
 
 
 def _one_line(capsys, progress=False) -> str:
