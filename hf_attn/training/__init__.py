@@ -1,6 +1,6 @@
 """Training glue: the Seq2SeqTrainer subclass, metrics, the main job, model cards and Hub upload."""
 
 from .metrics import Seq2SeqMetrics, score_translations
-from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback
+from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback, TrainingStepCallback
 
-__all__ = ["HfAttnSeq2SeqTrainer", "Seq2SeqMetrics", "TimeBudgetCallback", "score_translations"]
+__all__ = ["HfAttnSeq2SeqTrainer", "Seq2SeqMetrics", "TimeBudgetCallback", "TrainingStepCallback", "score_translations"]
