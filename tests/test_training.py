@@ -144,6 +144,19 @@ def test_aux_logs_and_training_step_hook(tmp_path):
     assert t.train_target_tokens == 3 * 8 * 7
 
 
+def test_training_step_callback_drives_the_schedule_under_a_stock_trainer(tmp_path):
+    """The schedule hook is a TrainerCallback: a stock Seq2SeqTrainer with it drives `set_training_step` too."""
+    from transformers import Seq2SeqTrainer
+
+    from hf_attn.training import TrainingStepCallback
+
+    model = tiny()
+    t = Seq2SeqTrainer(model=model, args=targs(tmp_path, max_steps=3), train_dataset=data(),
+                       data_collator=make_collator(Tok(), model), callbacks=[TrainingStepCallback()])
+    t.train()
+    assert model.steps_seen == [0, 1, 2]
+
+
 def test_time_budget_stops_training(tmp_path):
     budget = TimeBudgetCallback(minutes=1e-6)
     t = make_trainer(tmp_path, max_steps=50)
