@@ -474,6 +474,16 @@ class VariantAttention:
         return {}, {}
 
     @classmethod
+    def training_objective(cls, config) -> bool:
+        """True when training this variant adds an auxiliary objective to the loss (it then needs ``labels``)."""
+        return False
+
+    @classmethod
+    def needs_training_step(cls, config) -> bool:
+        """True when a schedule follows the optimiser step (`set_training_step` must be called while training)."""
+        return False
+
+    @classmethod
     def max_positions(cls, config) -> int | None:
         """A hard length limit of the variant (RAN's Lmax), or None; generation is capped to it."""
         return None

@@ -286,6 +286,14 @@ class CalibratedAttention(VariantAttention):
 
     # ---- the model-level objective ------------------------------------------------------------------------------
     @classmethod
+    def training_objective(cls, config) -> bool:
+        return True  # the mask-perturbation objective L_phi (Eq. 5-6)
+
+    @classmethod
+    def needs_training_step(cls, config) -> bool:
+        return config.calibration_fusion == "anneal"  # Eq. 9: r = exp(-step / T)
+
+    @classmethod
     def model_losses(cls, model, out, inputs, state):
         """({"calibration": L_phi - L_phi.detach()}, logs) while training; nothing otherwise (see the docstring)."""
         stats = [st for key, st in state.layer_stats.items() if key[0] == cls.variant]

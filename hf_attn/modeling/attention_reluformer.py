@@ -191,6 +191,10 @@ class ReluFormerAttention(VariantAttention):
         return {"encoder": src, "decoder": tgt, "cross": tgt}
 
     @classmethod
+    def training_objective(cls, config) -> bool:
+        return float(config.reluformer_reg_weight) > 0  # L_reg (Eq. 7)
+
+    @classmethod
     def model_losses(cls, model, out, inputs, state):
         """L_reg averaged over valid queries and heads per layer, then over layers; weighted into the loss."""
         layers = [(key[1], st) for key, st in state.layer_stats.items() if key[0] == cls.variant]

@@ -55,6 +55,7 @@ class HfAttnModelMixin:
         config._attn_implementation = ATTN_IMPLEMENTATION  # not saved in config.json: forced on every load
         super().__init__(config)
         self.config._attn_implementation = ATTN_IMPLEMENTATION
+        self._step_driven = False  # set_training_step has been called (schedules follow training)
         self._swap_attention_modules()
         self.post_init()
 
@@ -147,6 +148,8 @@ class HfAttnModelMixin:
 
         if isinstance(past_key_values, EncoderDecoderCache):  # decoding state lives in the cache
             past_key_values = HfAttnCache.wrap(past_key_values)
+        if self.training and torch.is_grad_enabled():
+            self._check_training_inputs(labels)
         state = ForwardState(details={} if output_attention_details else None)
         return_dict = kwargs.pop("return_dict", None)
         inputs = dict(
@@ -178,6 +181,24 @@ class HfAttnModelMixin:
             return result.to_tuple()  # the loss (with the auxiliary loss) leads, as in stock transformers
         return result
 
+    def _check_training_inputs(self, labels) -> None:
+        """A training objective that would silently vanish, or a schedule that would silently stand still, is an
+        error at the first training step (README, "Auxiliary losses. Training with other loops and trainers")."""
+        classes = self.variant_classes()
+        needs_labels = [c.variant for c in classes if c.training_objective(self.config)]
+        if labels is None and needs_labels:
+            raise HfAttnConfigError(
+                f"attention variant {needs_labels[0]!r} adds an auxiliary objective to the training loss, so the model "
+                "needs `labels` in every training forward (a loop that drops them to smooth the labels itself would "
+                "train without it): pass labels, or train with hf_attn.training.HfAttnSeq2SeqTrainer"
+            )
+        if not self._step_driven and any(c.needs_training_step(self.config) for c in classes):
+            raise HfAttnConfigError(
+                "this model's attention schedule follows the optimiser step (calibration_fusion='anneal'), but "
+                "set_training_step was never called: call model.set_training_step(step) before each step, or add "
+                "hf_attn.training.TrainingStepCallback() to the trainer's callbacks"
+            )
+
     def _model_losses(self, out, inputs: dict, state: ForwardState):
         """(aux_loss or None, aux_logs or None) from the layers' losses and each variant's `model_losses` hook."""
         terms = [t for values in state.losses.values() for t in values]
@@ -193,6 +214,7 @@ class HfAttnModelMixin:
     # ---- training / generation hooks ----------------------------------------------------------------------------
     def set_training_step(self, step: int) -> None:
         """Tell step-driven variants (attention calibration's anneal) the optimiser step."""
+        self._step_driven = True
         for module in self.attention_modules():
             module.set_training_step(step)
 
