@@ -231,14 +231,6 @@ def test_trainer_drives_the_schedule_and_logs_the_objectives(tmp_path):
     assert logs[-1]["calibration_anneal_ratio"] == pytest.approx(math.exp(-2 / 1e5))
 
 
-def test_targets_without_labels_come_from_the_decoder_inputs():
-    model = tiny_model("bart", "calibration-gate")
-    labels = tiny_batch()["labels"]
-    dec = model.prepare_decoder_input_ids_from_labels(labels)
-    targets = calib.objective_targets(model, {"decoder_input_ids": dec})
-    assert torch.equal(targets[:, :-1], labels[:, :-1]) and (targets[:, -1] == -100).all()
-
-
 # ---------------------------------------------------------------------------------------------------- saliency
 def test_saliency_map_and_plot(tmp_path):
     class PairTok:

@@ -40,10 +40,8 @@ The released code needs two backward passes with ``requires_grad`` toggling. Her
 * the bracket has value 0 and the gradient of L_phi, so the reported loss is the translation loss.
 
 Any training loop that calls ``loss.backward()`` once, gradient accumulation, fp16/bf16 autocast and DDP (every
-parameter gets its gradient from the single backward) work unchanged. The perturbed pass needs the targets:
-``labels``, or, when the model is given only ``decoder_input_ids`` (a loop that smooths the labels itself), the
-targets recovered from them (shifted by one; the very last target position of the batch, when it is a real token,
-is then left out of CE_p).
+parameter gets its gradient from the single backward) work unchanged. The perturbed pass needs the targets, so a
+training forward needs ``labels``.
 
 alpha rescaled for a mean-reduced loss. The released criterion is fairseq's: the label-smoothed CE is SUMMED over
 the N target tokens of a batch, the penalty is ||1 - M||_2 / S (Frobenius norm over layers x heads x batch x
@@ -299,7 +297,7 @@ class CalibratedAttention(VariantAttention):
         stats = [st for key, st in state.layer_stats.items() if key[0] == cls.variant]
         if not (model.training and torch.is_grad_enabled()) or not stats:
             return {}, {}
-        targets = objective_targets(model, inputs)
+        targets = inputs.get("labels")  # training always has them (the model checks before the forward pass)
         if targets is None:
             return {}, {}
         valid = targets.ne(-100).float()  # [B, T]
@@ -328,25 +326,6 @@ class CalibratedAttention(VariantAttention):
 def calibrated_modules(model) -> list:
     """The calibrated cross-attention modules of an hf-attn model, in layer order (also with remote code)."""
     return [m for m in model.attention_modules("cross") if getattr(m, "variant", None) == "calibrated"]
-
-
-def objective_targets(model, inputs) -> torch.Tensor | None:
-    """[B, T] targets of the decoder positions (-100 = ignore): ``labels``, else ``decoder_input_ids`` shifted left
-    (for a caller that smooths the labels itself and hands over only the decoder inputs); None when neither."""
-    if inputs.get("labels") is not None:
-        return inputs["labels"]
-    dec = inputs.get("decoder_input_ids")
-    if dec is None:
-        return None
-    targets = torch.full_like(dec, -100)
-    targets[:, :-1] = dec[:, 1:]
-    targets = targets.masked_fill(targets.eq(model.config.pad_token_id), -100)
-    mask = inputs.get("decoder_attention_mask")
-    if mask is not None:
-        shifted = torch.zeros_like(mask)
-        shifted[:, :-1] = mask[:, 1:]
-        targets = targets.masked_fill(~shifted.bool(), -100)
-    return targets
 
 
 def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, state: ForwardState | None = None):
