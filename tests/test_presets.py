@@ -65,6 +65,21 @@ def test_training_step(base, preset):
 
 
 @pytest.mark.parametrize("base,preset", CASES, ids=IDS)
+def test_attentions_requested_through_the_config(base, preset):
+    """config.output_attentions = True is allowed (transformers allows it only under "eager") and gives the same
+    weights, one tensor per layer and site, as the output_attentions argument."""
+    model = tiny_model(base, preset)
+    b = tiny_batch()
+    with torch.no_grad():
+        by_argument = model(**b, output_attentions=True)
+        model.config.output_attentions = True
+        by_config = model(**b)
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        got, want = getattr(by_config, name), getattr(by_argument, name)
+        assert len(got) == len(want) == 2 and all(torch.equal(g, w) for g, w in zip(got, want)), name
+
+
+@pytest.mark.parametrize("base,preset", CASES, ids=IDS)
 def test_beam_search_and_cache_agreement(base, preset):
     model = tiny_model(base, preset)
     b = tiny_batch()

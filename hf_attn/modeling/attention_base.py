@@ -515,7 +515,7 @@ class VariantAttention:
             key_value_states=key_value_states,
             past=query_offset(past_key_values, key_value_states is not None, self.layer_idx, tgt_len, src_len),
             cache=past_key_values if isinstance(past_key_values, HfAttnCache) else None,
-            output_attentions=bool(kwargs.get("output_attentions")),
+            output_attentions=bool(kwargs.get("output_attentions", self.config.output_attentions)),
             state=kwargs.get(FORWARD_STATE_KWARG),
         )
         out, weights = self.attend(q, k, v, keep, ctx)

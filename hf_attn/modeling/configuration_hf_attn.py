@@ -77,6 +77,20 @@ class HfAttnConfigMixin:
         self.keys_to_ignore_at_inference = ["past_key_values", "aux_loss", "aux_logs"]
         self.validate_attention()
 
+    # ---- attention outputs ------------------------------------------------------------------------------------
+    # transformers allows config.output_attentions only under "eager": hf-attn's own implementation returns every
+    # variant's weights whenever they are asked for (by argument or by this flag), so it is allowed here too.
+    @property
+    def output_attentions(self):
+        return self._output_attentions
+
+    @output_attentions.setter
+    def output_attentions(self, value: bool):
+        self._output_attentions = value
+
+    def validate_output_attentions(self):
+        pass
+
     # ---- layout ---------------------------------------------------------------------------------------------
     def num_layers(self, site: str) -> int:
         return self.encoder_layers if site == "encoder" else self.decoder_layers
