@@ -91,3 +91,28 @@ def test_layer_statistics_on_a_rela_model(tmp_path):
     assert png.stat().st_size > 5000
     heads = stats.plot_attention_heads(attn["cross"].weights[0][0], list("abcdefghi"), list("ABCDEFG"), tmp_path / "h.png")
     assert heads.stat().st_size > 5000
+
+
+def test_a_site_whose_rows_are_all_null_has_no_top_p_mass_not_nan():
+    """ReLU attention can switch a whole site off (every row null): its top-p% mass is None, never NaN."""
+    from hf_attn.analysis.report import attention_report, format_report
+
+    class Tok:
+        pad_token_id = 1
+
+        def __call__(self, sources, text_target, **kw):
+            src = torch.tensor([[5, 6, 7, 2]] * len(sources))
+            tgt = torch.tensor([[8, 9, 2]] * len(sources))
+            return {"input_ids": src, "attention_mask": torch.ones_like(src), "labels": tgt}
+
+    model = tiny_model("marian", "relu")
+    with torch.no_grad():
+        for layer in model.model.encoder.layers:  # every encoder score negative -> ReLU -> null rows everywhere
+            layer.self_attn.q_proj.weight.zero_()
+            layer.self_attn.q_proj.bias.fill_(-1.0)
+            layer.self_attn.k_proj.weight.zero_()
+            layer.self_attn.k_proj.bias.fill_(1.0)
+    rep = attention_report(model, Tok(), ["a"] * 2, ["b"] * 2)
+    assert rep["sites"]["encoder"]["null_rate"] == 1.0 and rep["sites"]["encoder"]["top_p_mass"] is None
+    assert rep["sites"]["cross"]["top_p_mass"] is not None
+    assert "-" in format_report("run", rep).splitlines()[0]

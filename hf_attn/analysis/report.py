@@ -50,13 +50,18 @@ def attention_report(model, tokenizer, sources, references, batch_size: int = 16
             for acc, row in zip(sums, rows):
                 for k in LAYER_KEYS:
                     acc[k] += n * row[k]
-            masses = [top_p_mass(w, attn[site].keep, top_p) for w in attn[site].weights]
-            mass_sums[site] = mass_sums.get(site, 0.0) + n * sum(masses) / len(masses)
+            # layers whose rows are all null in this batch have no top-p mass (nan): leave them out
+            masses = [m for m in (top_p_mass(w, attn[site].keep, top_p) for w in attn[site].weights) if m == m]
+            if masses:
+                acc = mass_sums.setdefault(site, [0.0, 0])
+                acc[0] += n * sum(masses) / len(masses)
+                acc[1] += n
     layers = {site: [{"layer": i, **{k: v / count for k, v in acc.items()}} for i, acc in enumerate(sums)]
               for site, sums in layer_sums.items()}
     sites = {site: {k: sum(r[k] for r in rows) / len(rows) for k in LAYER_KEYS} for site, rows in layers.items()}
     for site, figures in sites.items():
-        figures["top_p_mass"] = mass_sums[site] / count
+        total, weight = mass_sums.get(site, (0.0, 0))
+        figures["top_p_mass"] = total / weight if weight else None  # None: every row null
     return {"layers": layers, "sites": sites, "sentences": count, "top_p": top_p, "tau": tau}
 
 
@@ -66,8 +71,9 @@ def format_report(name: str, report: dict) -> str:
     for site in SITES:
         if site in report["sites"]:
             r = report["sites"][site]
+            mass = "-" if r["top_p_mass"] is None else f"{r['top_p_mass']:.3f}"
             lines.append(f"{name:<28} {site:<8} {r['sparsity']:>8.3f} {r['null_rate']:>9.3f} {r['entropy']:>8.3f} "
-                         f"{r['head_diversity']:>9.3f} {r['top_p_mass']:>9.3f}")
+                         f"{r['head_diversity']:>9.3f} {mass:>9}")
     return "\n".join(lines)
 
 

@@ -142,8 +142,9 @@ def attention_table(runs: list[dict]) -> list[str]:
         for site in SITES:
             if site in sites:
                 x = sites[site]
-                lines.append(f"| {r['spec']['preset']} | {site} | {x['sparsity']:.3f} | {x['null_rate']:.3f} | "
-                             f"{x['entropy']:.3f} | {x['head_diversity']:.4f} | {x['top_p_mass']:.3f} |")
+                lines.append(f"| {r['spec']['preset']} | {site} | {_fmt(x.get('sparsity'), '.3f')} | "
+                             f"{_fmt(x.get('null_rate'), '.3f')} | {_fmt(x.get('entropy'), '.3f')} | "
+                             f"{_fmt(x.get('head_diversity'), '.4f')} | {_fmt(x.get('top_p_mass'), '.3f')} |")
     return lines
 
 
