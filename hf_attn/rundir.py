@@ -6,6 +6,7 @@ training code.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .errors import HfAttnInputError

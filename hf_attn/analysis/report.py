@@ -15,7 +15,6 @@ line per site. ``--figures NAME,...`` (or ``all``) adds the papers' tables and f
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch

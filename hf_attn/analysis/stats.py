@@ -145,7 +145,7 @@ def head_diversity(w: torch.Tensor, keep: torch.Tensor, tau: float = 1.0, relu_w
     """Scalar: generalised Jensen-Shannon divergence between the heads of one layer (ReLA paper Section 5.2, after
     Correia et al. 2019), ``JS = H(mean_h p_h) - mean_h H(p_h)``, averaged over the visible queries; ``p_h`` from
     `head_distributions`."""
-    _, keep_x, valid = _rows(w, keep)
+    valid = _rows(w, keep)[2]
     p = head_distributions(w, keep, tau, relu_weights)
 
     def ent(x):
