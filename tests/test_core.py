@@ -16,7 +16,7 @@ from transformers import (
 
 import hf_attn
 from hf_attn.modeling import attention_softmax
-from hf_attn.modeling.attention_base import HfAttnConfigError, VariantAttention, attention_class
+from hf_attn.modeling.attention_base import CACHE_ARG, HfAttnConfigError, VariantAttention, attention_class
 from hf_attn.modeling.attention_rela import RelaAttention
 from transformers.models.marian.modeling_marian import MarianAttention
 
@@ -63,8 +63,8 @@ def test_the_kv_cache_is_the_one_transformers_builds(base, preset):
         with torch.no_grad():
             for step in range(3):
                 out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=dec,
-                            past_key_values=cache, use_cache=True)
-                cache = out.past_key_values
+                            **{CACHE_ARG: cache}, use_cache=True)
+                cache = getattr(out, CACHE_ARG)
                 dec = out.logits[:, -1:].argmax(-1) if name == "stock" else caches["stock_tokens"][step]
                 caches.setdefault(f"{name}_tokens", []).append(dec)
         caches[name] = cache

@@ -22,6 +22,7 @@ and SDPA's mask is None when nothing is padded).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from dataclasses import dataclass, field
 
@@ -30,8 +31,12 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.models.bart.modeling_bart import BartAttention
 
 ATTN_IMPLEMENTATION = "hf_attn"
+# The keyword (and output field) under which transformers passes the K/V cache: `cache` from transformers 5.24 on,
+# `past_key_values` before. Both are accepted everywhere; calls into transformers use this one.
+CACHE_ARG = "cache" if "cache" in inspect.signature(BartAttention.forward).parameters else "past_key_values"
 SITES = ("encoder", "decoder", "cross")
 
 
@@ -504,7 +509,9 @@ class VariantAttention:
     def keep_mask(self, attention_mask, q_len, k_len, device):
         return keep_from_mask(attention_mask, q_len, k_len, device, self.is_causal and self.site == "decoder")
 
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+    def forward(self, hidden_states, key_value_states=None, cache=None, attention_mask=None, **kwargs):
+        legacy = kwargs.pop("past_key_values", None)  # the cache's name before transformers 5.24
+        past_key_values = cache if cache is not None else legacy
         if isinstance(past_key_values, EncoderDecoderCache):
             past_key_values = HfAttnCache.wrap(past_key_values)
         q, k, v = self.project(hidden_states, key_value_states, past_key_values)

@@ -22,6 +22,7 @@ from transformers.models.marian.modeling_marian import MarianAttention
 
 from .attention_base import (
     ATTN_IMPLEMENTATION,
+    CACHE_ARG,
     FORWARD_STATE_KWARG,
     SITES,
     ForwardState,
@@ -135,7 +136,7 @@ class HfAttnModelMixin:
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs=None,
-        past_key_values=None,
+        cache=None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -146,6 +147,8 @@ class HfAttnModelMixin:
         """The base model's forward; ``output_attention_details=True`` also returns the variants' internal maps."""
         from transformers.cache_utils import EncoderDecoderCache
 
+        legacy = kwargs.pop("past_key_values", None)  # the cache's name before transformers 5.24
+        past_key_values = cache if cache is not None else legacy
         if isinstance(past_key_values, EncoderDecoderCache):  # decoding state lives in the cache
             past_key_values = HfAttnCache.wrap(past_key_values)
         if self.training and torch.is_grad_enabled():
@@ -158,7 +161,7 @@ class HfAttnModelMixin:
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            **{CACHE_ARG: past_key_values},
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             labels=labels,
