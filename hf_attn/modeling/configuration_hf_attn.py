@@ -74,7 +74,7 @@ class HfAttnConfigMixin:
         for site in SITES:
             setattr(self, f"{site}_attention", current_variant_names(getattr(self, f"{site}_attention")))
         super().__post_init__(**kwargs)
-        self.keys_to_ignore_at_inference = ["past_key_values", "aux_loss", "aux_logs"]
+        self.keys_to_ignore_at_inference = ["cache", "past_key_values", "aux_loss", "aux_logs"]
         self.validate_attention()
 
     # ---- attention outputs ------------------------------------------------------------------------------------
