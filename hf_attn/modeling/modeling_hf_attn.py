@@ -68,6 +68,9 @@ class HfAttnModelMixin:
     _supports_sdpa = False
     _supports_flash_attn = False
     _supports_flex_attn = False
+    # compiled generation works with graph breaks (transformers' default CompileConfig); some variants read decoding
+    # state on the host (RAN's matrix cache, GMM's synthesis history), so one full graph is not promised
+    _can_compile_fullgraph = False
 
     def __init__(self, config):
         check_attn_implementation(config._attn_implementation)  # e.g. from_pretrained(..., attn_implementation=)
