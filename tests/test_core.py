@@ -16,7 +16,7 @@ from transformers import (
 
 import hf_attn
 from hf_attn.modeling import attention_softmax
-from hf_attn.modeling.attention_base import CACHE_ARG, HfAttnConfigError, VariantAttention, attention_class
+from hf_attn.modeling.attention_base import HfAttnConfigError, VariantAttention, attention_class
 from hf_attn.modeling.attention_rela import RelaAttention
 from transformers.models.marian.modeling_marian import MarianAttention
 
@@ -48,8 +48,8 @@ def test_softmax_preset_matches_vanilla_logits(base):
 @pytest.mark.parametrize("preset", ["softmax", "ran-d"])
 def test_the_kv_cache_is_the_one_transformers_builds(base, preset):
     """`project_with_cache` mirrors BartAttention.forward's cache logic: after cached decoding steps, the self- and
-    cross-attention caches hold exactly the stock model's keys and values (ran-d: its values-only self-attention
-    cache holds the stock values)."""
+    cross-attention caches hold exactly the stock model's keys and values (ran-d, without a key projection: the stock
+    values, and zeros of the stock keys' shape in the key slot)."""
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
     vanilla = vanilla_model(base)
@@ -63,8 +63,8 @@ def test_the_kv_cache_is_the_one_transformers_builds(base, preset):
         with torch.no_grad():
             for step in range(3):
                 out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=dec,
-                            **{CACHE_ARG: cache}, use_cache=True)
-                cache = getattr(out, CACHE_ARG)
+                            cache=cache, use_cache=True)
+                cache = out.cache
                 dec = out.logits[:, -1:].argmax(-1) if name == "stock" else caches["stock_tokens"][step]
                 caches.setdefault(f"{name}_tokens", []).append(dec)
         caches[name] = cache
@@ -76,6 +76,8 @@ def test_the_kv_cache_is_the_one_transformers_builds(base, preset):
             a, c = getattr(stock, kind).layers[layer], getattr(mine, kind).layers[layer]
             if preset == "softmax" or kind == "cross_attention_cache":
                 torch.testing.assert_close(c.keys, a.keys)
+            else:
+                assert c.keys.shape == a.keys.shape and not c.keys.any()
             torch.testing.assert_close(c.values, a.values)
 
 

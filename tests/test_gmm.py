@@ -15,7 +15,7 @@ from conftest import EOS, PAD, tiny_batch, tiny_config, tiny_model
 
 import hf_attn
 from hf_attn.analysis import gmm as gmm_analysis
-from hf_attn.modeling.attention_base import CACHE_ARG
+from hf_attn.modeling.attention_base import CACHE_KWARG
 
 GMM_PRESETS = sorted(name for name in hf_attn.PRESETS if name.startswith("gmm"))
 NORMALIZATIONS = ("approximate", "strict", "synthesis")
@@ -287,9 +287,9 @@ def test_synthesis_state_lives_in_the_cache_and_is_reordered_cropped_and_reset()
     b = tiny_batch(batch=2)
     out = model.generate(input_ids=b["input_ids"], attention_mask=b["attention_mask"], max_new_tokens=3,
                          min_new_tokens=3, num_beams=1, return_dict_in_generate=True, use_cache=True)
-    assert isinstance(getattr(out, CACHE_ARG), HfAttnCache)
-    mu = getattr(out, CACHE_ARG).get_state("gmm_synthesis_mu.0")
-    assert mu.shape[0] == 2 and mu.shape[2] == getattr(out, CACHE_ARG).get_seq_length()
+    assert isinstance(getattr(out, CACHE_KWARG), HfAttnCache)
+    mu = getattr(out, CACHE_KWARG).get_state("gmm_synthesis_mu.0")
+    assert mu.shape[0] == 2 and mu.shape[2] == getattr(out, CACHE_KWARG).get_seq_length()
 
 
 @pytest.mark.parametrize("base", ("marian", "bart"))

@@ -34,10 +34,16 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.models.bart.modeling_bart import BartAttention
 
 ATTN_IMPLEMENTATION = "hf_attn"
-# The keyword (and output field) under which transformers passes the K/V cache: `cache` from transformers 5.24 on,
-# `past_key_values` before. Both are accepted everywhere; calls into transformers use this one.
-CACHE_ARG = "cache" if "cache" in inspect.signature(BartAttention.forward).parameters else "past_key_values"
 SITES = ("encoder", "decoder", "cross")
+# the name under which transformers hands the K/V cache to every forward: ``cache`` since 5.24, ``past_key_values``
+# before (the layers pass it by keyword; the modules and the model accept both)
+CACHE_KWARG = "cache" if "cache" in inspect.signature(BartAttention.forward).parameters else "past_key_values"
+
+
+def pop_cache(cache, kwargs: dict):
+    """The cache a forward was given, under either name (``cache``, or ``past_key_values`` before 5.24)."""
+    legacy = kwargs.pop("past_key_values", None)
+    return legacy if cache is None else cache
 
 
 class HfAttnConfigError(ValueError):
@@ -362,7 +368,7 @@ class AttentionContext:
 
 
 # BartAttention.forward's K/V-cache logic (transformers 5.23, models/bart/modeling_bart.py; Marian's is the same),
-# in one place. `keys=False`: a values-only cache for the position-only variants. tests/test_core.py checks that
+# in one place. `keys=False`: no key projection, for the position-only variants. tests/test_core.py checks that
 # the cache this builds equals the stock attention's.
 def project_with_cache(module, hidden_states, key_value_states, past_key_values, keys: bool = True):
     """(k ``[B,H,S,dh]`` or None, v ``[B,H,S,dh]``), including the cached positions; updates the cache."""
@@ -380,24 +386,27 @@ def project_with_cache(module, hidden_states, key_value_states, past_key_values,
         return (layer.keys if keys else None), layer.values
     shape = (*current.shape[:-1], -1, module.head_dim)
     v = module.v_proj(current).view(shape).transpose(1, 2)
-    # the position-only variants have no key projection: a [B, 1, S, 1] placeholder keeps the cache's bookkeeping
-    k = module.k_proj(current).view(shape).transpose(1, 2) if keys else v.new_zeros(v.shape[0], 1, v.shape[2], 1)
+    k = module.k_proj(current).view(shape).transpose(1, 2) if keys else None
     if cache is not None:
-        k, v = cache.update(k, v, module.layer_idx)
+        # the position-only variants have no key projection: zeros in the standard [B, H, S, dh] key slot keep every
+        # cache consumer working (static caches, assisted decoding, code that reads the cache's shapes)
+        k, v = cache.update(torch.zeros_like(v) if k is None else k, v, module.layer_idx)
         if is_cross and isinstance(past_key_values, EncoderDecoderCache):
             past_key_values.is_updated[module.layer_idx] = True
     return (k if keys else None), v
 
 
-def query_offset(past_key_values, is_cross: bool, layer_idx: int, tgt_len: int, kv_len: int) -> int:
-    """Target positions before this call: the self-attention cache length before the update (cross-attention reads
-    it from the decoder's self-attention cache, which this layer's self-attention has already updated)."""
-    if not is_cross:
-        past = kv_len - tgt_len
-    elif isinstance(past_key_values, EncoderDecoderCache):
-        past = past_key_values.self_attention_cache.get_seq_length(layer_idx) - tgt_len
-    else:
-        past = 0
+def query_offset(past_key_values, is_cross: bool, layer_idx: int, tgt_len: int) -> int:
+    """Target positions before this call, read from the decoder's self-attention cache *before* this module updates
+    it: its length for self-attention; for cross-attention (after this layer's self-attention added the current
+    positions) its length minus ``tgt_len``. A static cache's keys span its full size, so the length must come
+    from the cache, not from the keys' shape."""
+    if past_key_values is None or (is_cross and not isinstance(past_key_values, EncoderDecoderCache)):
+        return 0
+    cache = past_key_values
+    if isinstance(cache, EncoderDecoderCache):
+        cache = cache.self_attention_cache
+    past = int(cache.get_seq_length(layer_idx)) - (tgt_len if is_cross else 0)
     return max(past, 0)
 
 
@@ -420,7 +429,7 @@ class VariantAttention:
     hyperparameters: tuple[Hyperparameter, ...] = ()
     # the paper's method, baselines and ablations as named presets (collected into hf_attn.PRESETS)
     presets: tuple[Preset, ...] = ()
-    # False: the weights depend on positions only; no q/k projections, a values-only cache (`project`)
+    # False: the weights depend on positions only; no q/k projections, zeros for keys in the cache (`project`)
     uses_keys: bool = True
 
     def __init__(self, *args, site: str = "encoder", **kwargs):
@@ -510,17 +519,17 @@ class VariantAttention:
         return keep_from_mask(attention_mask, q_len, k_len, device, self.is_causal and self.site == "decoder")
 
     def forward(self, hidden_states, key_value_states=None, cache=None, attention_mask=None, **kwargs):
-        legacy = kwargs.pop("past_key_values", None)  # the cache's name before transformers 5.24
-        past_key_values = cache if cache is not None else legacy
+        past_key_values = pop_cache(cache, kwargs)
         if isinstance(past_key_values, EncoderDecoderCache):
             past_key_values = HfAttnCache.wrap(past_key_values)
+        tgt_len = hidden_states.shape[1]
+        past = query_offset(past_key_values, key_value_states is not None, self.layer_idx, tgt_len)
         q, k, v = self.project(hidden_states, key_value_states, past_key_values)
-        tgt_len, src_len = hidden_states.shape[1], v.shape[2]
-        keep = self.keep_mask(attention_mask, tgt_len, src_len, v.device)
+        keep = self.keep_mask(attention_mask, tgt_len, v.shape[2], v.device)
         ctx = AttentionContext(
             hidden_states=hidden_states,
             key_value_states=key_value_states,
-            past=query_offset(past_key_values, key_value_states is not None, self.layer_idx, tgt_len, src_len),
+            past=past,
             cache=past_key_values if isinstance(past_key_values, HfAttnCache) else None,
             output_attentions=bool(kwargs.get("output_attentions", self.config.output_attentions)),
             state=kwargs.get(FORWARD_STATE_KWARG),

@@ -71,6 +71,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention_base import FORWARD_STATE_KWARG, ForwardState, Hyperparameter, Preset, VariantAttention
 from .attention_base import float32_autocast_off, nonempty, source_padding, weighted_values
@@ -351,7 +352,7 @@ def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, st
         # every calibrated layer uses a_p in this pass; its maps join the caller's details
         FORWARD_STATE_KWARG: ForwardState(details=state.details if state is not None else None, mode="perturbed"),
     }
-    hidden = torch.func.functional_call(decoder, params, (), kwargs).last_hidden_state
+    hidden = _decoder_pass(decoder, params, kwargs)
     head = model.get_output_embeddings()
     logits = F.linear(hidden, _cut(head.weight), None if head.bias is None else _cut(head.bias))
     if getattr(model, "final_logits_bias", None) is not None:
@@ -364,3 +365,26 @@ def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, st
     nll_mean = (nll * valid).sum() / n
     smoothed = ((1 - label_smoothing) * nll + label_smoothing * smooth) * valid
     return smoothed.sum() / n, nll_mean
+
+
+def _decoder_pass(decoder, params: dict, kwargs: dict) -> torch.Tensor:
+    """The decoder's last hidden state with ``params`` in place of its own (``torch.func.functional_call``).
+
+    Under gradient checkpointing, a layer recomputes its forward in the backward pass, after functional_call has
+    put the live parameters back: that recomputation would differ from the pass it replays. So the layers'
+    own checkpointing is off here and the whole pass is checkpointed once, its recomputation inside
+    functional_call too (same memory saving)."""
+    layers = [m for m in decoder.modules() if getattr(m, "gradient_checkpointing", False)]
+
+    def run():
+        for m in layers:
+            m.gradient_checkpointing = False
+        try:
+            return torch.func.functional_call(decoder, params, (), kwargs).last_hidden_state
+        finally:
+            for m in layers:
+                m.gradient_checkpointing = True
+
+    if layers and decoder.training and torch.is_grad_enabled():
+        return checkpoint(run, use_reentrant=False)
+    return run()

@@ -2,8 +2,8 @@
 
 Their attention weights depend on the query and key *positions* only, never on the tokens, so a layer keeps just
 the value and output projections of the base attention class (``uses_keys = False``: ``q_proj`` / ``k_proj`` are
-removed, no unused parameters, and the parameter savings the papers report) and a values-only cache
-(`project_with_cache`). ``attend`` gets ``q = k = None``.
+removed, no unused parameters, and the parameter savings the papers report). The K/V cache keeps the standard
+format, with zeros in the key slot (`project_with_cache`). ``attend`` gets ``q = k = None``.
 
 Positions: for self-attention, query row ``ctx.past + t`` (``past`` = cached length) against key columns
 ``0..S-1``. Variants built on learned ``[H, Lmax, Lmax]`` matrices (RAN, Synthesizer) use absolute positions and

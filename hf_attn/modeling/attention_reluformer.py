@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .attention_base import CACHE_ARG, Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off
+from .attention_base import CACHE_KWARG, Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off
 
 RELUFORMER_PAPER = "Shen, Guo, Tan, Tang, Wang & Bian 2023, A Study on ReLU and Softmax in Transformer (arXiv:2302.06461)"
 VARIANT = "reluformer"
@@ -185,7 +185,7 @@ class ReluFormerAttention(VariantAttention):
             labels = inputs.get("labels")
             if dec is None and labels is not None:
                 dec = model.prepare_decoder_input_ids_from_labels(labels=labels)
-            if dec is not None and inputs.get(CACHE_ARG) is None:
+            if dec is not None and inputs.get(CACHE_KWARG) is None:
                 tgt = dec.ne(model.config.pad_token_id)
                 tgt[:, 0] = True
         return {"encoder": src, "decoder": tgt, "cross": tgt}

@@ -74,7 +74,6 @@ class HfAttnConfigMixin:
         for site in SITES:
             setattr(self, f"{site}_attention", current_variant_names(getattr(self, f"{site}_attention")))
         super().__post_init__(**kwargs)
-        # the cache is `cache` from transformers 5.24 on, `past_key_values` before
         self.keys_to_ignore_at_inference = ["cache", "past_key_values", "aux_loss", "aux_logs"]
         self.validate_attention()
 

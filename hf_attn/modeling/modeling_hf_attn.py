@@ -22,7 +22,7 @@ from transformers.models.marian.modeling_marian import MarianAttention
 
 from .attention_base import (
     ATTN_IMPLEMENTATION,
-    CACHE_ARG,
+    CACHE_KWARG,
     FORWARD_STATE_KWARG,
     SITES,
     ForwardState,
@@ -30,6 +30,7 @@ from .attention_base import (
     HfAttnConfigError,
     VariantAttention,
     attention_class,
+    pop_cache,
 )
 from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
 from .registry import ATTENTION_VARIANTS
@@ -46,13 +47,33 @@ class HfAttnSeq2SeqLMOutput(Seq2SeqLMOutput):
     attention_details: dict | None = None
 
 
+def check_attn_implementation(requested) -> None:
+    """One clear error for an attention implementation other than hf-attn's own (None: not requested)."""
+    if requested not in (None, ATTN_IMPLEMENTATION):
+        raise HfAttnConfigError(
+            f"attn_implementation={requested!r} is not available for hf-attn models: every attention site runs "
+            f"through hf-attn's own implementation {ATTN_IMPLEMENTATION!r} (softmax sites already use torch's "
+            "scaled_dot_product_attention, and output_attentions=True returns every variant's weights); leave "
+            "attn_implementation unset"
+        )
+
+
 class HfAttnModelMixin:
     """Shared by `HfAttnMarianMTModel` and `HfAttnBartForConditionalGeneration`."""
 
     base_attention_class: type = MarianAttention
     accepts_loss_kwargs = False  # the loss is a mean over tokens: a training loop must not re-normalise it
+    # every site runs through hf-attn's own implementation (softmax sites call torch's SDPA kernel, or its eager
+    # equivalent when weights are requested): transformers' implementations cannot be selected or switched to
+    _supports_sdpa = False
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    # compiled generation works with graph breaks (transformers' default CompileConfig); some variants read decoding
+    # state on the host (RAN's matrix cache, GMM's synthesis history), so one full graph is not promised
+    _can_compile_fullgraph = False
 
     def __init__(self, config):
+        check_attn_implementation(config._attn_implementation)  # e.g. from_pretrained(..., attn_implementation=)
         config._attn_implementation = ATTN_IMPLEMENTATION  # not saved in config.json: forced on every load
         super().__init__(config)
         self.config._attn_implementation = ATTN_IMPLEMENTATION
@@ -100,6 +121,16 @@ class HfAttnModelMixin:
         return [getattr(layer, attr) for s, _, layer, attr in self._attention_slots() if site in (None, s)]
 
     @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        return False  # transformers' common tests skip switching for such models
+
+    def set_attn_implementation(self, attn_implementation, *args, **kwargs) -> None:
+        """Only ``"hf_attn"`` (already set) is accepted; any other implementation raises `HfAttnConfigError`."""
+        if isinstance(attn_implementation, dict):
+            attn_implementation = attn_implementation.get("", ATTN_IMPLEMENTATION)
+        check_attn_implementation(attn_implementation)
+
+    @classmethod
     def from_pretrained(cls, *args, **kwargs):
         """`PreTrainedModel.from_pretrained`, then `freeze_fixed_weights` (loading replaces frozen tensors)."""
         loaded = super().from_pretrained(*args, **kwargs)
@@ -145,12 +176,11 @@ class HfAttnModelMixin:
         **kwargs,
     ) -> HfAttnSeq2SeqLMOutput:
         """The base model's forward; ``output_attention_details=True`` also returns the variants' internal maps."""
-        from transformers.cache_utils import EncoderDecoderCache
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-        legacy = kwargs.pop("past_key_values", None)  # the cache's name before transformers 5.24
-        past_key_values = cache if cache is not None else legacy
-        if isinstance(past_key_values, EncoderDecoderCache):  # decoding state lives in the cache
-            past_key_values = HfAttnCache.wrap(past_key_values)
+        cache = pop_cache(cache, kwargs)  # (``past_key_values`` before transformers 5.24)
+        if isinstance(cache, EncoderDecoderCache):  # decoding state lives in the cache
+            cache = HfAttnCache.wrap(cache)
         if self.training and torch.is_grad_enabled():
             self._check_training_inputs(labels)
         state = ForwardState(details={} if output_attention_details else None)
@@ -161,14 +191,18 @@ class HfAttnModelMixin:
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            **{CACHE_ARG: past_key_values},
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             labels=labels,
             use_cache=use_cache,
+            **{CACHE_KWARG: cache},
             **kwargs,
         )
-        out = super().forward(**inputs, return_dict=True, **{FORWARD_STATE_KWARG: state})
+        call = inputs  # (``inputs``: as the caller gave them, for the variants' model-level hooks)
+        if cache is None and labels is None and (self.config.use_cache if use_cache is None else use_cache):
+            # the cache the decoder would create, as an HfAttnCache (stock transformers makes a plain one)
+            call = {**inputs, CACHE_KWARG: HfAttnCache(DynamicCache(config=self.config), DynamicCache(config=self.config))}
+        out = super().forward(**call, return_dict=True, **{FORWARD_STATE_KWARG: state})
         aux_loss, aux_logs = self._model_losses(out, inputs, state)
         loss = out.loss
         if loss is not None and aux_loss is not None:
@@ -227,16 +261,14 @@ class HfAttnModelMixin:
         limits = [x for x in limits if x is not None]
         return min(limits) if limits else None
 
-    def generate(self, *args, **kwargs):
+    def _prepare_generated_length(self, generation_config, *args, **kwargs):
+        """transformers' target length (its defaults, ``max_length`` / ``max_new_tokens``), then capped at the
+        variants' hard limit (RAN's and the Synthesizer's Lmax): never raised, so the default stays stock's."""
+        generation_config = super()._prepare_generated_length(generation_config, *args, **kwargs)
         limit = self.max_target_positions()
-        if limit is not None:
-            gen = kwargs.get("generation_config") or self.generation_config
-            max_length = kwargs.get("max_length") or gen.max_length
-            if kwargs.get("max_new_tokens") is not None or getattr(gen, "max_new_tokens", None) is not None:
-                kwargs["max_new_tokens"] = min(kwargs.get("max_new_tokens") or gen.max_new_tokens, limit - 1)
-            elif max_length is None or max_length > limit:
-                kwargs["max_length"] = limit
-        return super().generate(*args, **kwargs)
+        if limit is not None and generation_config.max_length > limit:
+            generation_config.max_length = limit
+        return generation_config
 
 
 class HfAttnMarianMTModel(HfAttnModelMixin, MarianMTModel):

@@ -1,0 +1,368 @@
+"""transformers' common model and generation tests (ModelTesterMixin / GenerationTesterMixin), as focused
+equivalents for hf-attn models, on Marian and BART.
+
+What they check of a seq2seq LM: outputs with ``return_dict`` True == False (the loss, with the auxiliary loss,
+first); hidden states and attentions by argument and by config; gradients reaching retained hidden states and
+attention weights; attention-implementation switching (refused with one clear line and advertised as
+unsupported); gradient checkpointing (same loss and gradients); resizing the embeddings; save / load through the
+model class and the Auto classes; the cache in transformers' standard format (`EncoderDecoderCache`, ``[B, H, T,
+dh]`` per layer), made by the model or by the caller, continued step by step; static caches; greedy, sampling,
+beam, beam-sample, ``num_return_sequences``, ``max_new_tokens``, assisted and prompt-lookup decoding, generation
+continued from a returned cache; stock's default generation length.
+
+The cheap checks run on every preset; the others on one preset per variant plus the presets with decoding paths
+of their own. Where a variant cannot pass a check, the test checks the paper's reason instead (README, "What the
+variants do not support").
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import BASE_DEFAULTS, EOS, TINY, VOCAB, tiny_batch, tiny_config, tiny_model
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSeq2SeqLM,
+    BartConfig,
+    BartForConditionalGeneration,
+    MarianConfig,
+    MarianMTModel,
+)
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+import hf_attn
+from hf_attn.modeling.attention_base import HfAttnCache, HfAttnConfigError
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
+
+BASES = ("marian", "bart")
+STOCK = {"marian": (MarianConfig, MarianMTModel), "bart": (BartConfig, BartForConditionalGeneration)}
+# weights that are a fixed function of positions: no gradient reaches them (You et al. 2020: nothing is learned)
+FIXED_WEIGHTS = {"hard-gaussian"}
+
+
+def one_preset_per_variant() -> list[str]:
+    """For every variant, the first preset that uses it at the most attention sites."""
+    best: dict[str, tuple[int, str]] = {}
+    for name in hf_attn.PRESETS:
+        layout = tiny_config("marian", name).attention_layout()
+        for variant in {v for layers in layout.values() for v in layers}:
+            sites = sum(variant in layers for layers in layout.values())
+            if sites > best.get(variant, (0, ""))[0]:
+                best[variant] = (sites, name)
+    return [name for _, name in best.values()]
+
+
+# + decoding paths of their own: GMM's synthesis state in the cache, the gate and anneal fusions, cross-site positions
+REPRESENTATIVES = sorted(set(one_preset_per_variant()) | {"gmm-synthesis", "calibration-gate", "hard-gaussian-cross"})
+ALL = [(b, p) for b in BASES for p in sorted(hf_attn.PRESETS)]
+SOME = [(b, p) for b in BASES for p in REPRESENTATIVES]
+
+
+def ids(cases):
+    return [f"{b}-{p}" for b, p in cases]
+
+
+def src_of(b: dict) -> dict:
+    return {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
+
+
+def assert_same(got, want, path="output"):
+    """Nested tuples / dicts of tensors (or None) are identical."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and torch.equal(got, want), path
+    elif isinstance(want, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{path}[{i}]")
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), path
+        for k in want:
+            assert_same(got[k], want[k], f"{path}[{k!r}]")
+    else:
+        assert got == want, path
+
+
+def training_model(base, preset, **overrides):
+    model = tiny_model(base, preset, **overrides).train()
+    model.set_training_step(0)  # what a training loop does (step-driven schedules need it)
+    return model
+
+
+# ---- outputs (every preset) ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("base,preset", ALL, ids=ids(ALL))
+def test_return_dict_false_gives_the_same_outputs(base, preset):
+    """test_model_outputs_equivalence: the tuple is the dict's ``to_tuple()``, in training (the loss that leads
+    includes the auxiliary loss) and with hidden states and attentions."""
+    model = training_model(base, preset)
+    b = tiny_batch()
+    kw = dict(output_hidden_states=True, output_attentions=True)
+    torch.manual_seed(0)
+    as_dict = model(**b, **kw)
+    torch.manual_seed(0)
+    as_tuple = model(**b, **kw, return_dict=False)
+    assert isinstance(as_tuple, tuple)
+    assert_same(as_tuple, as_dict.to_tuple())
+    if any(cls.training_objective(model.config) for cls in model.variant_classes()):
+        assert as_dict.aux_loss is not None and as_tuple[0] is not None
+
+
+@pytest.mark.parametrize("base,preset", ALL, ids=ids(ALL))
+def test_hidden_states_and_attentions_by_argument_and_by_config(base, preset):
+    """test_hidden_states_output / test_attention_outputs: one hidden state per layer plus the embeddings, one
+    attention map per layer and site, in transformers' shapes; the config flags give the same tensors."""
+    model = tiny_model(base, preset)
+    b = tiny_batch()
+    dec = model.prepare_decoder_input_ids_from_labels(labels=b["labels"])
+    inputs = dict(src_of(b), decoder_input_ids=dec)
+    (batch, src_len), tgt_len = b["input_ids"].shape, dec.shape[1]
+    with torch.no_grad():
+        by_argument = model(**inputs, output_hidden_states=True, output_attentions=True)
+        model.config.output_hidden_states = True
+        model.config.output_attentions = True
+        by_config = model(**inputs)
+    d, h = model.config.d_model, model.config.encoder_attention_heads
+    shapes = {
+        "encoder_hidden_states": (model.config.encoder_layers + 1, (batch, src_len, d)),
+        "decoder_hidden_states": (model.config.decoder_layers + 1, (batch, tgt_len, d)),
+        "encoder_attentions": (model.config.encoder_layers, (batch, h, src_len, src_len)),
+        "decoder_attentions": (model.config.decoder_layers, (batch, h, tgt_len, tgt_len)),
+        "cross_attentions": (model.config.decoder_layers, (batch, h, tgt_len, src_len)),
+    }
+    for name, (count, shape) in shapes.items():
+        got = getattr(by_argument, name)
+        assert len(got) == count and all(tuple(t.shape) == shape for t in got), name
+        assert_same(getattr(by_config, name), got, name)
+
+
+@pytest.mark.parametrize("base,preset", ALL, ids=ids(ALL))
+def test_gradients_reach_retained_hidden_states_and_attentions(base, preset):
+    """test_retain_grad_hidden_states_attentions, in training; fixed weights (hard-coded Gaussian) carry none."""
+    model = training_model(base, preset)
+    out = model(**tiny_batch(), output_hidden_states=True, output_attentions=True)
+    layout = model.config.attention_layout()
+    retained = [out.encoder_hidden_states[0], out.decoder_hidden_states[0]]
+    for site, weights in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
+                          ("cross", out.cross_attentions)):
+        if layout[site][0] in FIXED_WEIGHTS:
+            assert not weights[0].requires_grad, site  # a function of positions only: nothing upstream to train
+        else:
+            retained.append(weights[0])
+    for t in retained:
+        t.retain_grad()
+    out.loss.backward()
+    for i, t in enumerate(retained):
+        assert t.grad is not None, i
+
+
+# ---- attention implementation ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("base", BASES)
+def test_attention_implementation_cannot_be_switched(base, tmp_path):
+    """test_can_set_attention_dynamically skips models that cannot switch: every site runs hf-attn's own
+    implementation, so switching is advertised as unsupported and any request is one clear error."""
+    model = tiny_model(base, "rela-g")
+    cls = type(model)
+    assert model.config._attn_implementation == "hf_attn"
+    assert not cls._can_set_attn_implementation()
+    assert not (cls._supports_sdpa or cls._supports_flash_attn or cls._supports_flex_attn)
+    model.set_attn_implementation("hf_attn")  # already so: accepted
+    for name in ("eager", "sdpa"):
+        with pytest.raises(HfAttnConfigError, match=f"attn_implementation='{name}' is not available"):
+            model.set_attn_implementation(name)
+        assert model.config._attn_implementation == "hf_attn"
+    model.save_pretrained(tmp_path)
+    with pytest.raises(HfAttnConfigError, match="attn_implementation='sdpa'"):
+        cls.from_pretrained(tmp_path, attn_implementation="sdpa")
+    with pytest.raises(HfAttnConfigError, match="attn_implementation='eager'"):
+        AutoModelForSeq2SeqLM.from_config(model.config, attn_implementation="eager")
+    assert cls.from_pretrained(tmp_path, attn_implementation="hf_attn").config._attn_implementation == "hf_attn"
+    assert cls.from_pretrained(tmp_path).config._attn_implementation == "hf_attn"
+
+
+# ---- training-side features (one preset per variant) -------------------------------------------------------------
+@pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(base, preset):
+    """test_training_gradient_checkpointing, plus equality: checkpointed layers recompute exactly what they ran
+    (attention calibration's perturbed pass included)."""
+    grads, losses = [], []
+    for checkpointing in (False, True):
+        model = training_model(base, preset, dropout=0.1, attention_dropout=0.1)
+        if checkpointing:
+            getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()  # (5.24 name)
+        torch.manual_seed(0)
+        out = model(**tiny_batch())
+        out.loss.backward()
+        losses.append(out.loss.detach())
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.requires_grad})
+    torch.testing.assert_close(losses[1], losses[0])
+    assert grads[1].keys() == grads[0].keys()
+    for name, g in grads[0].items():
+        assert g is not None and grads[1][name] is not None, name
+        torch.testing.assert_close(grads[1][name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
+def test_resize_token_embeddings(base, preset):
+    """test_resize_tokens_embeddings: larger or smaller, the kept rows are unchanged and training runs (each from a
+    fresh model: in stock transformers 5.24 too, a backward after growing then shrinking fails)."""
+    before = training_model(base, preset).get_input_embeddings().weight.detach().clone()
+    for size in (VOCAB + 8, VOCAB - 8):
+        model = training_model(base, preset)
+        model.resize_token_embeddings(size)
+        assert model.config.vocab_size == size
+        assert model.get_input_embeddings().weight.shape[0] == model.get_output_embeddings().weight.shape[0] == size
+        keep = min(size, VOCAB)
+        torch.testing.assert_close(model.get_input_embeddings().weight[:keep], before[:keep])
+        b = tiny_batch()
+        b = {k: v.clamp(max=size - 1) for k, v in b.items()}
+        out = model(**b)
+        assert out.logits.shape[-1] == size and torch.isfinite(out.loss)
+        out.loss.backward()
+
+
+@pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
+def test_save_and_load_through_the_class_and_the_auto_classes(base, preset, tmp_path):
+    """test_save_load: every weight comes back (no missing or unexpected key) and the outputs are identical;
+    after ``import hf_attn`` the Auto classes load it without trust_remote_code."""
+    model = tiny_model(base, preset)
+    b = tiny_batch()
+    with torch.no_grad():
+        want = model(**b).logits
+    model.save_pretrained(tmp_path)
+    again, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), type(model.config))
+    auto = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert type(auto) is type(model)
+    with torch.no_grad():
+        for loaded in (again, auto):
+            torch.testing.assert_close(loaded.eval()(**b).logits, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_what_stock_classes_load(base, tmp_path):
+    """A softmax-preset checkpoint is a stock checkpoint (the stock class gives identical outputs); a variant's own
+    weights have no place in the stock class, and there is no bare encoder-decoder class for AutoModel."""
+    b = tiny_batch()
+    for preset in ("softmax", "rela-g"):
+        model = tiny_model(base, preset)
+        model.save_pretrained(tmp_path / preset)
+        stock, info = STOCK[base][1].from_pretrained(tmp_path / preset, output_loading_info=True)
+        assert not info["missing_keys"]
+        if preset == "softmax":
+            assert not info["unexpected_keys"]
+            with torch.no_grad():
+                torch.testing.assert_close(stock.eval()(**b).logits, model(**b).logits, rtol=0, atol=0)
+        else:
+            assert info["unexpected_keys"] and all("rela" in k for k in info["unexpected_keys"])
+    with pytest.raises(ValueError, match="Unrecognized configuration class"):
+        AutoModel.from_pretrained(tmp_path / "softmax")
+
+
+# ---- the cache -------------------------------------------------------------------------------------------------
+def check_standard_format(cache, model, batch: int, tgt_len: int, src_len: int):
+    """transformers' cache format: an EncoderDecoderCache whose layers hold keys and values [B, H, T|S, dh]."""
+    assert isinstance(cache, HfAttnCache) and isinstance(cache, EncoderDecoderCache)
+    assert cache.get_seq_length() == tgt_len
+    h = model.config.decoder_attention_heads
+    dh = model.config.d_model // h
+    for i in range(model.config.decoder_layers):
+        for sub, length in ((cache.self_attention_cache, tgt_len), (cache.cross_attention_cache, src_len)):
+            layer = sub.layers[i]
+            assert tuple(layer.keys.shape) == tuple(layer.values.shape) == (batch, h, length, dh), i
+
+
+@pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
+def test_cached_decoding_step_by_step_matches_the_full_forward(base, preset):
+    """test_past_key_values_format + decoding with a cache: the model's own cache (use_cache=True) and a caller's
+    EncoderDecoderCache, fed one token at a time, give the full forward's logits; the cache has the standard
+    format (the position-only variants keep zeros in the key slot)."""
+    model = tiny_model(base, preset)
+    b = tiny_batch()
+    dec = model.prepare_decoder_input_ids_from_labels(labels=b["labels"])
+    (batch, src_len), tgt_len = b["input_ids"].shape, dec.shape[1]
+    with torch.no_grad():
+        full = model(**src_of(b), decoder_input_ids=dec).logits
+        for first_cache in (None, EncoderDecoderCache(DynamicCache(), DynamicCache())):
+            out = model(**src_of(b), decoder_input_ids=dec[:, :1], cache=first_cache, use_cache=True)
+            steps, enc = [out.logits], (out.encoder_last_hidden_state,)
+            for t in range(1, tgt_len):
+                out = model(encoder_outputs=enc, attention_mask=b["attention_mask"], decoder_input_ids=dec[:, t : t + 1],
+                            cache=out.cache, use_cache=True)
+                steps.append(out.logits)
+            torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+            check_standard_format(out.cache, model, batch, tgt_len, src_len)
+
+
+@pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
+def test_static_cache_decodes_like_the_dynamic_cache(base, preset):
+    """test_generate_with_static_cache: greedy and beam search with cache_implementation="static" give the
+    dynamic cache's tokens and scores (the query offset comes from the cache's length, not its size)."""
+    model = tiny_model(base, preset)
+    src = src_of(tiny_batch())
+    kw = dict(max_new_tokens=7, min_new_tokens=7, output_scores=True, return_dict_in_generate=True)
+    for extra in (dict(do_sample=False), dict(num_beams=2, do_sample=False)):
+        dynamic = model.generate(**src, **kw, **extra)
+        static = model.generate(**src, **kw, **extra, cache_implementation="static")
+        assert torch.equal(static.sequences, dynamic.sequences), extra
+        for s, d in zip(static.scores, dynamic.scores):
+            torch.testing.assert_close(s.clamp(min=-1e4), d.clamp(min=-1e4), rtol=1e-4, atol=1e-5)
+
+
+# ---- generation ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
+def test_generation_modes(base, preset):
+    """test_greedy_generate / test_sample_generate / test_beam_search_generate / test_beam_sample_generate with
+    num_return_sequences and max_new_tokens; sampling draws the same tokens with and without the cache."""
+    model = tiny_model(base, preset)
+    src = src_of(tiny_batch())
+    n, new = src["input_ids"].shape[0], dict(max_new_tokens=6, min_new_tokens=6)
+    assert model.generate(**src, **new, do_sample=False).shape == (n, 7)
+    sampled = []
+    for use_cache in (True, False):
+        torch.manual_seed(0)
+        sampled.append(model.generate(**src, **new, do_sample=True, top_k=0, use_cache=use_cache))
+    assert torch.equal(sampled[0], sampled[1])
+    beams = model.generate(**src, **new, num_beams=3, num_return_sequences=2, output_scores=True,
+                           return_dict_in_generate=True)
+    assert beams.sequences.shape == (2 * n, 7)
+    assert (beams.sequences_scores.view(n, 2).diff(dim=1) <= 1e-6).all()  # best first
+    torch.manual_seed(0)
+    assert model.generate(**src, **new, do_sample=True, num_beams=2, num_return_sequences=2).shape == (2 * n, 7)
+
+
+@pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
+def test_assisted_decoding_and_continuing_from_a_cache_match_greedy(base, preset):
+    """test_assisted_decoding_matches_greedy_search / test_prompt_lookup_decoding_matches_greedy_search (rejected
+    drafts crop the cache and the variants' decoding state) / test_generate_continue_from_past_key_values."""
+    model = tiny_model(base, preset)
+    src = src_of(tiny_batch(batch=1))
+    kw = dict(do_sample=False, max_new_tokens=8, min_new_tokens=8)
+    greedy = model.generate(**src, **kw)
+    assistant = tiny_model(base, preset, seed=1)  # another model: some drafts are rejected
+    assert torch.equal(model.generate(**src, **kw, assistant_model=assistant), greedy)
+    assert torch.equal(model.generate(**src, **kw, prompt_lookup_num_tokens=2), greedy)
+    half = dict(do_sample=False, max_new_tokens=4, min_new_tokens=4, forced_eos_token_id=None)  # no EOS midway
+    first = model.generate(**src, **half, return_dict_in_generate=True)
+    assert isinstance(first.cache, HfAttnCache)
+    # Marian starts decoding with its pad token: the mask keeps generate from hiding it (stock transformers too)
+    rest = model.generate(**src, **half, decoder_input_ids=first.sequences, cache=first.cache,
+                          decoder_attention_mask=torch.ones_like(first.sequences))
+    assert torch.equal(rest, model.generate(**src, **kw, forced_eos_token_id=None))
+
+
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("preset", ["ran-d", "synthesizer"])
+def test_default_generation_length_is_stock(base, preset):
+    """With no length given, generate makes as many tokens as the stock model (20 new tokens, at most
+    max_position_embeddings), also when that is below the variant's Lmax (capping never lengthens)."""
+    src = src_of(tiny_batch(batch=2))
+    no_eos = dict(suppress_tokens=[EOS], forced_eos_token_id=None)
+    for positions in (64, 16):
+        torch.manual_seed(0)
+        config_cls, model_cls = STOCK[base]
+        stock = model_cls(config_cls(**{**TINY, **BASE_DEFAULTS[base], "max_position_embeddings": positions})).eval()
+        ours = tiny_model(base, preset, max_position_embeddings=positions)
+        want = stock.generate(**src, **no_eos).shape
+        assert ours.generate(**src, **no_eos).shape == want == (2, min(21, positions))
