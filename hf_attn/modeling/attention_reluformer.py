@@ -185,7 +185,7 @@ class ReluFormerAttention(VariantAttention):
             labels = inputs.get("labels")
             if dec is None and labels is not None:
                 dec = model.prepare_decoder_input_ids_from_labels(labels=labels)
-            if dec is not None and inputs.get("past_key_values") is None:
+            if dec is not None and inputs.get("cache") is None:
                 tgt = dec.ne(model.config.pad_token_id)
                 tgt[:, 0] = True
         return {"encoder": src, "decoder": tgt, "cross": tgt}

@@ -136,6 +136,7 @@ class HfAttnModelMixin:
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs=None,
         past_key_values=None,
+        cache=None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -146,6 +147,7 @@ class HfAttnModelMixin:
         """The base model's forward; ``output_attention_details=True`` also returns the variants' internal maps."""
         from transformers.cache_utils import EncoderDecoderCache
 
+        past_key_values = cache if cache is not None else past_key_values  # ``cache``: transformers >= 5.24's name
         if isinstance(past_key_values, EncoderDecoderCache):  # decoding state lives in the cache
             past_key_values = HfAttnCache.wrap(past_key_values)
         if self.training and torch.is_grad_enabled():
@@ -158,7 +160,7 @@ class HfAttnModelMixin:
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=past_key_values,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             labels=labels,
