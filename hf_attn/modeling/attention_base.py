@@ -202,6 +202,11 @@ class KeepMask:
     offset: int = 0
     explicit: torch.Tensor | None = None
 
+    @classmethod
+    def from_dense(cls, mask: torch.Tensor) -> KeepMask:
+        """A `KeepMask` holding a dense bool mask ``[B|1, 1|H, T, S]`` as given."""
+        return cls(mask.shape[-2], mask.shape[-1], explicit=mask)
+
     @functools.cached_property
     def device(self) -> torch.device:
         held = self.explicit if self.explicit is not None else self.padding
@@ -274,7 +279,7 @@ class KeepMask:
         if k_len == self.k_len:
             return self
         if self.explicit is not None:
-            return KeepMask(self.q_len, k_len, explicit=self.explicit[..., -k_len:])
+            return KeepMask.from_dense(self.explicit[..., -k_len:])
         padding = None if self.padding is None else self.padding[:, -k_len:]
         return KeepMask(self.q_len, k_len, padding, self.causal, self.offset - (self.k_len - k_len))
 
@@ -294,7 +299,7 @@ def keep_mask_interface(batch_size, q_length, kv_length, q_offset=0, kv_offset=0
     kwargs.pop("config", None)
     dense = sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask,
                       local_size, **kwargs)
-    return KeepMask(q_length, kv_length, explicit=dense)
+    return KeepMask.from_dense(dense)
 
 
 def nonempty(keep: torch.Tensor) -> torch.Tensor:
@@ -360,7 +365,7 @@ def keep_from_mask(attention_mask, q_len: int, k_len: int, is_causal: bool) -> K
         return KeepMask(q_len, k_len, causal=is_causal, offset=k_len - q_len)
     if attention_mask.dtype != torch.bool:
         attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2
-    return KeepMask(q_len, k_len, explicit=attention_mask[..., -k_len:])
+    return KeepMask.from_dense(attention_mask[..., -k_len:])
 
 
 def source_padding(keep: torch.Tensor) -> torch.Tensor:
