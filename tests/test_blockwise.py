@@ -110,29 +110,43 @@ def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def _model(preset, chunk, **kw):
+def _chunk_fields(preset) -> list[str]:
     variants = {hf_attn.PRESETS[preset].overrides.get(f"{s}_attention") for s in ("encoder", "decoder", "cross")}
-    fields = {CHUNK_FIELD[v]: chunk for v in variants if v in CHUNK_FIELD}
-    return tiny_model("marian", preset, **fields, **kw)
+    return [CHUNK_FIELD[v] for v in variants if v in CHUNK_FIELD]
+
+
+def _model(preset, chunk, **kw):
+    return tiny_model("marian", preset, **{field: chunk for field in _chunk_fields(preset)}, **kw)
+
+
+def _set_chunk(model, chunk):
+    for module in model.attention_modules():
+        for name in ("chunk", "query_chunk"):  # ReLA's rela_chunk, ReLUFormer's reluformer_query_chunk
+            if hasattr(module, name):
+                setattr(module, name, chunk)
 
 
 @pytest.mark.parametrize("preset", RELU_FAMILY)
 def test_every_relu_family_preset_gives_the_full_values_and_gradients(preset):
     """Training step (padding, causal decoder, cross-attention) and cached decoding: block size 4 vs never."""
     b = tiny_batch(src_len=13, tgt_len=11)
+    model = _model(preset, 4)
+    assert all(model.config.to_dict()[field] == 4 for field in _chunk_fields(preset))
+    dec = torch.full((3, 6), model.config.decoder_start_token_id)
+    dec[:, 1:] = torch.randint(3, 60, (3, 5), generator=torch.Generator().manual_seed(2))
     results = {}
     for chunk in (0, 4):
-        model = _model(preset, chunk).train()
+        _set_chunk(model, chunk)
+        model.zero_grad(set_to_none=True)
+        model.train()
         out = model(**b)
         (out.loss + (out.aux_loss if out.aux_loss is not None else 0)).backward()
         steps = []
         model.eval()
         with torch.no_grad():
             enc = model.get_encoder()(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
-            dec = torch.full((3, 6), model.config.decoder_start_token_id)
-            dec[:, 1:] = torch.randint(3, 60, (3, 5), generator=torch.Generator().manual_seed(2))
             cache = None
-            for i in range(6):  # incremental decoding: the self-attention keys outgrow the block size
+            for i in range(dec.shape[1]):  # incremental decoding: the self-attention keys outgrow the block size
                 step = model(encoder_outputs=enc, attention_mask=b["attention_mask"], decoder_input_ids=dec[:, i:i + 1],
                              past_key_values=cache, use_cache=True)
                 cache = step.past_key_values
