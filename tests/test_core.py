@@ -16,7 +16,7 @@ from transformers import (
 
 import hf_attn
 from hf_attn.modeling import attention_softmax
-from hf_attn.modeling.attention_base import HfAttnConfigError, VariantAttention, attention_class
+from hf_attn.modeling.attention_base import HfAttnConfigError, KeepMask, VariantAttention, attention_class
 from hf_attn.modeling.attention_rela import RelaAttention
 from transformers.models.marian.modeling_marian import MarianAttention
 
@@ -213,8 +213,8 @@ def test_rela_null_rows_give_zeros_not_nan(preset, dtype):
     q = -torch.ones(2, 4, 3, 8, dtype=dtype)  # every score negative -> ReLU -> all-null rows
     k = torch.ones(2, 4, 6, 8, dtype=dtype)
     v = torch.randn(2, 4, 6, 8).to(dtype)
-    keep = torch.ones(2, 1, 3, 6, dtype=torch.bool)
-    ctx, weights = module.attend(q, k, v, keep, attention_context())
+    keep = KeepMask.from_dense(torch.ones(2, 1, 3, 6, dtype=torch.bool))
+    ctx, weights = module.attend(q, k, v, keep, attention_context(True))
     assert (weights == 0).all() and (ctx == 0).all()
     merged = module.post_merge(ctx.transpose(1, 2).reshape(2, 3, 32))
     assert torch.isfinite(merged).all()

@@ -24,6 +24,7 @@ CLI_VALUES = {
     "rela_gain_init": ("uniform", "uniform"),
     "rela_eps": ("1e-6", 1e-6),
     "rela_leaky_relu_slope": ("0.2", 0.2),
+    "rela_chunk": ("8", 8),
     "gmm_num_components": ("2", 2),
     "gmm_normalization": ("strict", "strict"),
     "gmm_fusion": ("average", "average"),

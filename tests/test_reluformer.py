@@ -14,7 +14,7 @@ from conftest import EOS, PAD, tiny_batch, tiny_config, tiny_model
 
 import hf_attn
 from hf_attn.modeling import attention_reluformer as rf
-from hf_attn.modeling.attention_base import HfAttnConfigError
+from hf_attn.modeling.attention_base import HfAttnConfigError, KeepMask
 
 PRESETS = ("reluformer", "reluformer-no-scale", "reluformer-no-reg")
 
@@ -35,7 +35,7 @@ def strong_model(base, preset="reluformer", **kw):
 
 def padded_length_n(monkeypatch):
     """Break the implementation on purpose: n = the padded key length instead of the visible keys."""
-    monkeypatch.setattr(rf, "visible_keys", lambda keep: torch.full((*keep.shape[:-1], 1), keep.shape[-1]))
+    monkeypatch.setattr(rf, "visible_keys", lambda keep: torch.full((1, 1, keep.q_len, 1), keep.k_len))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -122,8 +122,8 @@ def test_attend_matches_hand_computation_with_padding_and_causality(scale):
     pad = torch.tensor([True, True, True, False, False])
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     for keep in (pad[None, :].expand(5, 5), causal, causal & pad):
-        ctx, w, stats = rf.reluformer_attention(q, k, v, keep[None, None], scaling=0.5, gamma=1.3, scale=scale,
-                                                need_weights=True)
+        ctx, w, stats = rf.reluformer_attention(q, k, v, KeepMask.from_dense(keep[None, None]), scaling=0.5, gamma=1.3,
+                                                scale=scale, need_weights=True)
         ref_ctx, ref_s = hand_attention(q[0, 0], k[0, 0], v[0, 0], keep, 0.5, 1.3, scale)
         torch.testing.assert_close(ctx[0, 0].double(), ref_ctx, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(w[0, 0].double(), ref_s, rtol=1e-5, atol=1e-6)
@@ -202,7 +202,7 @@ def test_reg_matches_hand_computation():
     q = torch.tensor([[[[1.0], [2.0]]]])
     k = torch.tensor([[[[1.0], [0.5], [-1.0]]]])
     v = torch.zeros(1, 1, 3, 1)
-    keep = torch.tensor([[True, True, True], [True, True, False]])[None, None]
+    keep = KeepMask.from_dense(torch.tensor([[True, True, True], [True, True, False]])[None, None])
     _, _, st = rf.reluformer_attention(q, k, v, keep, scaling=1.0, entropy_bound=0.7)
     # query 0: relu([1, .5, -1]) / sqrt(3/2) ; query 1: relu([2, 1]) / sqrt(2/2)
     rows = [[1.0 / math.sqrt(1.5), 0.5 / math.sqrt(1.5)], [2.0, 1.0]]
@@ -222,7 +222,7 @@ def test_reg_is_finite_for_all_zero_rows_and_single_keys():
     q = torch.tensor([[[[1.0], [-1.0], [3.0]]]], requires_grad=True)
     k = torch.tensor([[[[1.0], [2.0]]]], requires_grad=True)  # query 1 scores only negatives: an all-zero row
     v = torch.randn(1, 1, 2, 1, requires_grad=True)
-    keep = torch.tensor([[True, True], [True, True], [True, False]])[None, None]  # query 2: one key (n = 1, C = 0)
+    keep = KeepMask.from_dense(torch.tensor([[True, True], [True, True], [True, False]])[None, None])  # query 2: n = 1
     ctx, _, st = rf.reluformer_attention(q, k, v, keep, scaling=1.0, eps=1e-6)
     assert st["norm"][0, 0, 1].item() == pytest.approx(abs(math.log(1e-6)))
     assert st["entropy"][0, 0, 1].item() == 0.0 and st["margin"][0, 0, 1].item() == 0.0
@@ -232,7 +232,8 @@ def test_reg_is_finite_for_all_zero_rows_and_single_keys():
     for t in (q, k, v):
         assert torch.isfinite(t.grad).all()
     # a query without any visible key: no row, zero statistics, no NaN
-    ctx, _, st = rf.reluformer_attention(q, k, v, torch.zeros(1, 1, 3, 2, dtype=torch.bool), scaling=1.0)
+    ctx, _, st = rf.reluformer_attention(q, k, v, KeepMask.from_dense(torch.zeros(1, 1, 3, 2, dtype=torch.bool)),
+                                         scaling=1.0)
     assert not st["rows"].any() and torch.isfinite(ctx).all() and st["norm"].abs().sum() == 0
 
 

@@ -6,7 +6,7 @@ vanilla checkpoint and transformers' `output_attentions` recorders (which match 
 keep working.
 
 One forward path for every variant (`VariantAttention.forward`): `project` (q/k/v and the K/V cache, as
-`BartAttention.forward` does it) -> boolean keep mask -> `attend(q, k, v, keep, ctx)` (the paper's math) -> merge
+`BartAttention.forward` does it) -> keep mask (`KeepMask`) -> `attend(q, k, v, keep, ctx)` (the paper's math) -> merge
 heads -> `post_merge` -> ``out_proj``. What a variant needs beyond q, k, v and keep comes in a typed
 `AttentionContext`: the layer's input states, the query offset during cached decoding, the cache (where decoding
 state lives: `HfAttnCache`) and the forward pass's `ForwardState` (auxiliary losses, values to log, statistics for
@@ -14,9 +14,11 @@ model-level objectives, and the internal maps a caller asked for). Model-level h
 `max_positions`, `set_training_step`, `freeze_fixed_weights`) are declared here with no-op defaults.
 
 The model runs under its own attention implementation name, ``"hf_attn"``, registered here with a mask function
-that always materialises a boolean ``keep`` mask ``[B, 1, T, S]`` (True = may attend), built from padding and,
-for decoder self-attention, causality (transformers would otherwise hand a custom implementation no mask at all,
-and SDPA's mask is None when nothing is padded).
+that returns a `KeepMask` (True = may attend): key padding ``[B, S]`` + a causal flag + the query offset, not a dense
+``[B, 1, T, S]`` tensor (transformers would otherwise hand a custom implementation no mask at all, and SDPA's mask is
+None when nothing is padded). Variants with ``compact_keep = True`` (softmax, the ReLU family) read it through its
+small API (`KeepMask.sdpa_mask`, `block`, `visible_keys`, `dense`); every other variant receives the dense bool
+``[B|1, 1, T, S]`` mask, built once per stack.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.cache_utils import EncoderDecoderCache
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import (
+    AttentionMaskInterface,
+    bidirectional_mask_function,
+    causal_mask_function,
+    prepare_padding_mask,
+    sdpa_mask,
+)
 from transformers.models.bart.modeling_bart import BartAttention
 
 ATTN_IMPLEMENTATION = "hf_attn"
@@ -187,15 +195,122 @@ def all_sites(variant: str, **extra) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The "hf_attn" attention implementation: a boolean mask always, and softmax attention for untouched modules.
+# The "hf_attn" attention implementation: a compact keep mask always, and softmax attention for untouched modules.
 # --------------------------------------------------------------------------------------------------------------
-def keep_mask_interface(*args, **kwargs):
-    """Mask function for ``_attn_implementation="hf_attn"``: never skips, always a bool ``[B,1,T,S]`` mask."""
-    kwargs["allow_is_causal_skip"] = False
-    kwargs["allow_is_bidirectional_skip"] = False
+@dataclass(frozen=True, eq=False)
+class KeepMask:
+    """Which keys each query may attend to, without materialising ``[B, 1, T, S]`` unless a variant asks for it.
+
+    Compact form: ``padding`` ``[B, S]`` (True = real key; None = every key real) and ``causal`` (query i sees the
+    keys at positions <= i + ``offset``; ``offset`` = the cache length during incremental decoding). Any other
+    pattern (a 4-D mask given by the caller) is held as ``explicit``, a dense bool ``[B|1, 1|H, T, S]``.
+    """
+
+    q_len: int
+    k_len: int
+    padding: torch.Tensor | None = None
+    causal: bool = False
+    offset: int = 0
+    explicit: torch.Tensor | None = None
+
+    @classmethod
+    def from_dense(cls, mask: torch.Tensor) -> KeepMask:
+        """A `KeepMask` holding a dense bool mask ``[B|1, 1|H, T, S]`` as given."""
+        return cls(mask.shape[-2], mask.shape[-1], explicit=mask)
+
+    @functools.cached_property
+    def device(self) -> torch.device:
+        held = self.explicit if self.explicit is not None else self.padding
+        return held.device if held is not None else torch.device("cpu")
+
+    @functools.cached_property
+    def all_visible(self) -> bool:
+        """True when every query may see every key (no padding; causal only where even the last key is visible)."""
+        if self.explicit is not None or self.padding is not None:
+            return False
+        return not self.causal or self.k_len - 1 <= self.offset
+
+    def block(self, q0: int, q1: int, k0: int, k1: int, device=None) -> torch.Tensor | None:
+        """The keep mask of queries ``q0:q1`` x keys ``k0:k1`` (bool ``[B|1, 1, tq, tk]``), or None when the whole
+        block is visible."""
+        if self.explicit is not None:
+            return self.explicit[..., q0:q1, k0:k1]
+        mask = None
+        if self.causal and k1 - 1 > q0 + self.offset:  # some key lies after the first query's position
+            device = device or self.device
+            rows = torch.arange(q0, q1, device=device)[:, None] + self.offset
+            mask = (torch.arange(k0, k1, device=device)[None, :] <= rows)[None, None]
+        if self.padding is not None:
+            real = self.padding[:, None, None, k0:k1]
+            mask = real if mask is None else mask & real
+        return mask
+
+    def block_hidden(self, q0: int, q1: int, k0: int) -> bool:
+        """True when no query of ``q0:q1`` may see any key from ``k0`` on (causal blocks above the diagonal)."""
+        return self.explicit is None and self.causal and k0 > q1 - 1 + self.offset
+
+    @functools.cached_property
+    def _dense(self) -> torch.Tensor:
+        mask = self.block(0, self.q_len, 0, self.k_len)
+        if mask is None:
+            return torch.ones(1, 1, self.q_len, self.k_len, dtype=torch.bool, device=self.device)
+        return mask.expand(-1, -1, self.q_len, self.k_len)
+
+    def dense(self) -> torch.Tensor:
+        """The bool mask ``[B|1, 1|H, T, S]``, built once (every layer of a stack shares this object)."""
+        return self._dense
+
+    def visible_keys(self) -> torch.Tensor:
+        """n per query, ``[B|1, 1, T, 1]`` (int64): how many keys each query may attend to."""
+        if self.explicit is not None:
+            return self.explicit.sum(-1, keepdim=True)
+        if not self.causal:
+            if self.padding is None:
+                return torch.full((1, 1, self.q_len, 1), self.k_len, device=self.device)
+            return self.padding.sum(-1).view(-1, 1, 1, 1).expand(-1, -1, self.q_len, -1)
+        last = (torch.arange(self.q_len, device=self.device) + self.offset).clamp(max=self.k_len - 1)
+        if self.padding is None:
+            return (last + 1).view(1, 1, -1, 1)
+        return self.padding.long().cumsum(-1)[:, last].view(-1, 1, self.q_len, 1)
+
+    def sdpa_mask(self) -> tuple[torch.Tensor | None, bool]:
+        """(attn_mask, is_causal) for `F.scaled_dot_product_attention` in its cheapest form: no mask when all is
+        visible, ``is_causal`` for plain causal self-attention, a broadcast ``[B, 1, 1, S]`` padding mask. A row with
+        no visible key (a fully padded sequence) sees every key instead: no NaN (its output is discarded)."""
+        if self.all_visible:
+            return None, False
+        if self.explicit is None and self.padding is None and self.offset == 0 and self.q_len == self.k_len:
+            return None, True
+        if self.explicit is None and not self.causal:
+            return nonempty(self.padding[:, None, None, :]), False
+        return nonempty(self.dense()), False
+
+    def last_keys(self, k_len: int) -> KeepMask:
+        """The mask restricted to the last ``k_len`` keys (for a mask built over a longer key axis)."""
+        if k_len == self.k_len:
+            return self
+        if self.explicit is not None:
+            return KeepMask.from_dense(self.explicit[..., -k_len:])
+        padding = None if self.padding is None else self.padding[:, -k_len:]
+        return KeepMask(self.q_len, k_len, padding, self.causal, self.offset - (self.k_len - k_len))
+
+
+def keep_mask_interface(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
+                        attention_mask=None, local_size=None, **kwargs) -> KeepMask:
+    """Mask function for ``_attn_implementation="hf_attn"``: a compact `KeepMask` from the 2-D padding mask and
+    causality; other patterns (custom mask functions) are materialised by transformers' `sdpa_mask`, held dense."""
+    if mask_function in (causal_mask_function, bidirectional_mask_function) and kv_offset == 0 and local_size is None:
+        padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+        if padding is not None:
+            padding = padding.bool()
+            padding = None if padding.all() else padding
+        return KeepMask(q_length, kv_length, padding, mask_function is causal_mask_function, q_offset)
+    kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
     kwargs.pop("dtype", None)
     kwargs.pop("config", None)
-    return sdpa_mask(*args, **kwargs)
+    dense = sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask,
+                      local_size, **kwargs)
+    return KeepMask.from_dense(dense)
 
 
 def nonempty(keep: torch.Tensor) -> torch.Tensor:
@@ -206,16 +321,20 @@ def nonempty(keep: torch.Tensor) -> torch.Tensor:
     return keep | ~keep.any(dim=-1, keepdim=True)
 
 
-def softmax_attention(q, k, v, keep, scaling, dropout, need_weights):
+def softmax_attention(q, k, v, keep: KeepMask, scaling, dropout, need_weights):
     """Standard softmax attention, Vaswani et al. 2017 Eq. 1: softmax(q k^T / sqrt(dh)) V.
 
-    Uses SDPA unless the weights are requested (then the eager path, with identical math).
+    Uses SDPA (with the cheapest equivalent mask, `KeepMask.sdpa_mask`) unless the weights are requested (then the
+    eager path, with identical math).
     """
-    keep = nonempty(keep)
     if not need_weights:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout, scale=scaling), None
+        mask, is_causal = keep.sdpa_mask()
+        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
+                                             scale=scaling)
+        return ctx, None
+    visible = nonempty(keep.dense())
     scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
-    scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     return weighted_values(weights, v, dropout, dropout > 0, need_weights=True)
 
@@ -233,9 +352,7 @@ def weighted_values(weights, v, dropout: float, training: bool, need_weights: bo
 
 def hf_attn_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """`AttentionInterface` entry for modules that kept the stock attention class (returns ``[B,T,H,dh]``)."""
-    keep = keep_from_mask(
-        attention_mask, query.shape[2], key.shape[2], query.device, getattr(module, "is_causal", False)
-    )
+    keep = keep_from_mask(attention_mask, query.shape[2], key.shape[2], getattr(module, "is_causal", False))
     ctx, weights = softmax_attention(
         query, key, value, keep, scaling or query.shape[-1] ** -0.5, dropout, bool(kwargs.get("output_attentions"))
     )
@@ -246,20 +363,20 @@ AttentionInterface.register(ATTN_IMPLEMENTATION, hf_attn_attention_forward)
 AttentionMaskInterface.register(ATTN_IMPLEMENTATION, keep_mask_interface)
 
 
-def keep_from_mask(attention_mask, q_len: int, k_len: int, device, is_causal: bool) -> torch.Tensor:
-    """Turn whatever mask transformers hands a layer into a boolean keep mask ``[B|1, 1, T, S]``.
+def keep_from_mask(attention_mask, q_len: int, k_len: int, is_causal: bool) -> KeepMask:
+    """Turn whatever mask transformers hands a layer into a `KeepMask` over ``k_len`` keys.
 
-    bool masks (our implementation) pass through; additive float masks (eager) become ``mask > min/2``; ``None``
-    (sdpa without padding) becomes all-True, or causal with the cache offset ``S - T`` for causal self-attention.
+    A `KeepMask` (our implementation) passes through; bool masks are held dense, additive float masks (eager) become
+    ``mask > min/2``; ``None`` (sdpa without padding) is all visible, or causal with the cache offset ``S - T`` for
+    causal self-attention.
     """
+    if isinstance(attention_mask, KeepMask):
+        return attention_mask.last_keys(k_len)
     if attention_mask is None:
-        if not is_causal:
-            return torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=device)
-        rows = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
-        return (torch.arange(k_len, device=device)[None, :] <= rows)[None, None]
+        return KeepMask(q_len, k_len, causal=is_causal, offset=k_len - q_len)
     if attention_mask.dtype != torch.bool:
         attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2
-    return attention_mask[..., -k_len:]
+    return KeepMask.from_dense(attention_mask[..., -k_len:])
 
 
 def source_padding(keep: torch.Tensor) -> torch.Tensor:
@@ -431,6 +548,8 @@ class VariantAttention:
     presets: tuple[Preset, ...] = ()
     # False: the weights depend on positions only; no q/k projections, zeros for keys in the cache (`project`)
     uses_keys: bool = True
+    # True: `attend` receives the compact `KeepMask` (padding + causality); False: the dense bool tensor
+    compact_keep: bool = False
 
     def __init__(self, *args, site: str = "encoder", **kwargs):
         super().__init__(*args, **kwargs)
@@ -462,7 +581,7 @@ class VariantAttention:
 
     def attend(self, q, k, v, keep, ctx: AttentionContext):
         """The variant's math. q ``[B,H,T,dh]`` (unscaled; None when not `uses_keys`), k ``[B,H,S,dh]`` (or None),
-        v ``[B,H,S,dh]``, keep bool ``[B|1,1|H,T,S]``. Returns (context ``[B,H,T,dh]``, weights ``[B,H,T,S]`` or
+        v ``[B,H,S,dh]``, keep bool ``[B|1,1|H,T,S]`` (a `KeepMask` when `compact_keep`). Returns (context ``[B,H,T,dh]``, weights ``[B,H,T,S]`` or
         None: the weights only when ``ctx.output_attentions``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement attend(q, k, v, keep, ctx)")
 
@@ -515,8 +634,10 @@ class VariantAttention:
         q = self.q_proj(hidden_states).view(*hidden_states.shape[:-1], -1, self.head_dim).transpose(1, 2)
         return q, k, v
 
-    def keep_mask(self, attention_mask, q_len, k_len, device):
-        return keep_from_mask(attention_mask, q_len, k_len, device, self.is_causal and self.site == "decoder")
+    def keep_mask(self, attention_mask, q_len, k_len):
+        """The `KeepMask` of this call; the dense bool tensor unless the variant reads the compact form."""
+        keep = keep_from_mask(attention_mask, q_len, k_len, self.is_causal and self.site == "decoder")
+        return keep if self.compact_keep else keep.dense()
 
     def forward(self, hidden_states, key_value_states=None, cache=None, attention_mask=None, **kwargs):
         past_key_values = pop_cache(cache, kwargs)
@@ -525,7 +646,7 @@ class VariantAttention:
         tgt_len = hidden_states.shape[1]
         past = query_offset(past_key_values, key_value_states is not None, self.layer_idx, tgt_len)
         q, k, v = self.project(hidden_states, key_value_states, past_key_values)
-        keep = self.keep_mask(attention_mask, tgt_len, v.shape[2], v.device)
+        keep = self.keep_mask(attention_mask, tgt_len, v.shape[2])
         ctx = AttentionContext(
             hidden_states=hidden_states,
             key_value_states=key_value_states,

@@ -8,6 +8,9 @@
 Rows may be all zero ("null attention"); the RMS statistic then is 0 and eps keeps the output at exactly 0.
 Table 1 ablations are config switches: activation (relu / gelu / leaky_relu), norm (rmsnorm / layernorm / none),
 gate on/off, gain init (ones / uniform).
+
+Long inputs: when queries or keys outnumber ``rela_chunk``, alpha V is summed block by block over keys
+(`attention_blockwise`): memory grows linearly with the length, values and gradients are those of Eq. 3.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention_base import Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off, weighted_values
+from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
 
-ACTIVATIONS = ("relu", "gelu", "leaky_relu")
 NORMS = ("rmsnorm", "layernorm", "none")
 GAIN_INITS = ("ones", "uniform")
 RELA = "Zhang, Titov & Sennrich 2021, Sparse Attention with Linear Units (EMNLP)"
@@ -43,7 +46,10 @@ class RelaAttention(VariantAttention):
                        "(not in Zhang et al. 2021)", low=0.0, low_open=True),
         Hyperparameter("rela_leaky_relu_slope", float, 0.01, "negative slope with rela_activation=leaky_relu "
                        "(Zhang et al. 2021, Table 1 row 10; PyTorch's default 0.01)", low=0.0, high=1.0),
+        Hyperparameter("rela_chunk", int, 256, "queries and keys per block of the block-wise path for long inputs "
+                       "(linear memory, same values; not in Zhang et al. 2021); 0 = never", low=0),
     )
+    compact_keep = True
 
     presets = (
         Preset(
@@ -112,6 +118,7 @@ class RelaAttention(VariantAttention):
         self.gain_init = config.rela_gain_init
         self.eps = config.rela_eps
         self.leaky_slope = config.rela_leaky_relu_slope
+        self.chunk = int(config.rela_chunk)
         d = self.embed_dim
         if self.norm != "none":
             self.rela_gain = nn.Parameter(torch.ones(d))
@@ -133,17 +140,15 @@ class RelaAttention(VariantAttention):
             bound = math.sqrt(3.0 / self.embed_dim)
             init.uniform_(self.rela_gate_weight, -bound, bound)
 
-    def activate(self, scores):
-        if self.activation == "relu":
-            return F.relu(scores)
-        if self.activation == "gelu":
-            return F.gelu(scores)
-        return F.leaky_relu(scores, self.leaky_slope)
-
     def attend(self, q, k, v, keep, ctx):
-        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
-        weights = self.activate(scores) * keep  # Eq. 3, multiplicative 0/1 mask
-        return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=True)
+        q = q * self.scaling
+        if use_blocks(q.shape[2], k.shape[2], self.chunk, ctx.output_attentions):  # long inputs
+            out, _, _ = blockwise_relu_attention(q, k, v, keep, activation=self.activation, slope=self.leaky_slope,
+                                                 dropout=self.attn_dropout, chunk=self.chunk)
+            return out, None
+        weights = activate(torch.matmul(q, k.transpose(-1, -2)), self.activation, self.leaky_slope)
+        weights = weights * keep.dense()  # Eq. 3, multiplicative 0/1 mask
+        return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=ctx.output_attentions)
 
     def post_merge(self, o):
         if self.norm == "none":

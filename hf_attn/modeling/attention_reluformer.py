@@ -17,10 +17,10 @@ L_reg is averaged over valid queries and heads of each layer, then over layers, 
 paper's Table 3/5 statistic). Row sums are clamped before the log (an all-zero row has sum 0: its L_reg is
 |log eps| with zero gradient, never NaN); the statistics run in float32 even under fp16/bf16 autocast.
 
-Long inputs (the paper's 512-2048-token documents): when a call has more than ``reluformer_query_chunk`` queries
-the attention runs chunk by chunk over the queries; with autograd on, each chunk is checkpointed (recomputed in
-the backward pass), so only one chunk's [B, H, chunk, S] intermediates are alive at a time instead of the
-full [B, H, T, S] ones. Same values and gradients as the unchunked computation.
+Long inputs (the paper's 512-2048-token documents): when queries or keys outnumber ``reluformer_query_chunk``,
+the attention runs block-wise over queries and keys (`attention_blockwise`): h and the two row sums L_reg needs
+(sum_j s_ij and sum_j s_ij log s_ij) are sums over keys, accumulated block by block, and the backward pass
+recomputes each block, so memory grows linearly with the length. Same values and gradients as the full computation.
 
 Table 5 ablations are config switches: ``reluformer_scale=False`` (no variance reduction factor; the paper
 reports divergence) and ``reluformer_reg_weight=0`` (no regulariser).
@@ -34,27 +34,28 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from .attention_base import CACHE_KWARG, Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off
+from .attention_blockwise import blockwise_relu_attention, use_blocks
 
 RELUFORMER_PAPER = "Shen, Guo, Tan, Tang, Wang & Bian 2023, A Study on ReLU and Softmax in Transformer (arXiv:2302.06461)"
 VARIANT = "reluformer"
 
 
-def visible_keys(keep: torch.Tensor) -> torch.Tensor:
-    """n per query: the number of keys each query may attend to, ``[B|1, 1|H, T, 1]`` (int64)."""
-    return keep.sum(-1, keepdim=True)
+def visible_keys(keep) -> torch.Tensor:
+    """n per query: the number of keys each query may attend to, ``[B|1, 1, T, 1]`` (int64)."""
+    return keep.visible_keys()
 
 
 def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropout=0.0, eps=1e-6,
-                         entropy_bound=0.7, need_weights=False):
-    """ReLUFormer attention for one block of queries.
+                         entropy_bound=0.7, need_weights=False, chunk=0):
+    """ReLUFormer attention.
 
-    q ``[B,H,T,dh]`` (unscaled), k/v ``[B,H,S,dh]``, keep bool ``[B|1,1|H,T,S]``. Returns (context ``[B,H,T,dh]``,
-    weights s ``[B,H,T,S]`` or None, per-row statistics): ``{"norm": |log sum s|, "margin": max(H(p) - C, 0),
-    "entropy": H(p), "row_sum": sum s, "rows": n > 0}``, float32 ``[B,H,T]`` (bool for rows); a row without any
-    visible key has rows False and zero statistics.
+    q ``[B,H,T,dh]`` (unscaled), k/v ``[B,H,S,dh]``, keep a `KeepMask`; block-wise over ``chunk`` queries and keys
+    for long inputs (`use_blocks`). Returns (context ``[B,H,T,dh]``, weights s ``[B,H,T,S]`` or None, per-row
+    statistics): ``{"norm": |log sum s|, "margin": max(H(p) - C, 0), "entropy": H(p), "row_sum": sum s,
+    "rows": n > 0}``, float32 ``[B,H,T]`` (bool for rows); a row without any visible key has rows False and zero
+    statistics.
     """
     n = visible_keys(keep)
     nf = n.clamp(min=1).float()
@@ -62,14 +63,27 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     if scale:
         factor = factor / (gamma * torch.sqrt(nf / 2.0))  # Eq. 6: variance reduction factor gamma * sqrt(n/2)
     # relu(c x) = c relu(x) for c > 0: the per-query factor is folded into q (one [B,H,T,dh] product)
-    scores = torch.matmul(q * factor.to(q.dtype), k.transpose(-1, -2))
-    with float32_autocast_off(scores):
-        s = F.relu(scores).float() * keep  # Eq. 5-6: multiplicative 0/1 mask, no -inf anywhere
-        # Eq. 7: L_reg = |log sum s| + max(H(p) - C, 0), C = 0.7 log n (Appendix A); H(p) = log S - sum(s log s) / S
-        rows = (n > 0).expand(*s.shape[:-1], 1)
-        raw_total = s.sum(-1, keepdim=True)
+    q = q * factor.to(q.dtype)
+    weights = None
+    if use_blocks(q.shape[2], k.shape[2], chunk, need_weights):
+        ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=True)
+    else:
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        with float32_autocast_off(scores):
+            s = F.relu(scores).float() * keep.dense()  # Eq. 5-6: multiplicative 0/1 mask, no -inf anywhere
+            raw_total = s.sum(-1)
+            s_log_s = (s * s.clamp(min=1e-30).log()).sum(-1)
+        ctx = torch.matmul(F.dropout(s, p=dropout, training=dropout > 0).to(v.dtype), v)
+        weights = s.to(q.dtype) if need_weights else None
+    return ctx, weights, row_statistics(raw_total, s_log_s, nf.squeeze(-1), n.squeeze(-1) > 0, eps, entropy_bound)
+
+
+def row_statistics(raw_total, s_log_s, nf, rows, eps, entropy_bound) -> dict:
+    """Eq. 7's terms per row from its two sums over keys (``[B,H,T]``, float32); ``nf``, ``rows`` ``[B|1,1,T]``."""
+    with float32_autocast_off(raw_total):
+        # L_reg = |log sum s| + max(H(p) - C, 0), C = 0.7 log n (Appendix A); H(p) = log S - sum(s log s) / S
+        rows = rows.expand_as(raw_total)
         total = raw_total.clamp(min=eps)
-        s_log_s = (s * s.clamp(min=1e-30).log()).sum(-1, keepdim=True)
         ent = (total.log() - s_log_s / total).clamp(min=0.0)
         stats = {
             "norm": total.log().abs(),
@@ -77,11 +91,9 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
             "entropy": ent,
             "row_sum": raw_total,
         }
-        stats = {key: (x * rows).squeeze(-1) for key, x in stats.items()}
-        stats["rows"] = rows.squeeze(-1)
-    ctx = torch.matmul(F.dropout(s, p=dropout, training=dropout > 0).to(v.dtype), v)
-    weights = s.to(q.dtype) if need_weights else None
-    return ctx, weights, stats
+        stats = {key: x * rows for key, x in stats.items()}
+    stats["rows"] = rows
+    return stats
 
 
 class ReluFormerAttention(VariantAttention):
@@ -104,9 +116,11 @@ class ReluFormerAttention(VariantAttention):
                        "al. 2023, Appendix A)", low=0.0),
         Hyperparameter("reluformer_eps", float, 1e-6, "floor on the row sum before the log (an all-zero row has sum "
                        "0; not in Shen et al. 2023)", low=0.0, high=1e-2, low_open=True),
-        Hyperparameter("reluformer_query_chunk", int, 512, "queries per checkpointed chunk for long inputs (Shen et "
-                       "al. 2023 use 512-2048-token documents); 0 = never chunk", low=0),
+        Hyperparameter("reluformer_query_chunk", int, 256, "queries and keys per block of the block-wise path for "
+                       "long inputs (linear memory, same values; Shen et al. 2023 use 512-2048-token documents); 0 = "
+                       "never", low=0),
     )
+    compact_keep = True
     presets = (
         Preset(
             "reluformer",
@@ -137,33 +151,14 @@ class ReluFormerAttention(VariantAttention):
         self.query_chunk = int(config.reluformer_query_chunk)
 
     # ---- forward ----------------------------------------------------------------------------------------------
-    def _kwargs(self) -> dict:
-        return dict(scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
-                    eps=self.eps, entropy_bound=self.entropy_bound)
-
     def attend(self, q, k, v, keep, ctx):
-        output_attentions = ctx.output_attentions
-        t, chunk = q.shape[2], self.query_chunk
-        if chunk <= 0 or t <= chunk:
-            out, weights, stats = reluformer_attention(q, k, v, keep, need_weights=output_attentions, **self._kwargs())
-        else:  # long inputs: one chunk of queries at a time, checkpointed when autograd records
-            use_ckpt = torch.is_grad_enabled() and not output_attentions and any(x.requires_grad for x in (q, k, v))
-            parts = []
-            for start in range(0, t, chunk):
-                qc, kc = q[:, :, start : start + chunk], keep[..., start : start + chunk, :]
-                if use_ckpt:
-                    parts.append(checkpoint(self._chunk, qc, k, v, kc, use_reentrant=False))
-                else:
-                    parts.append(reluformer_attention(qc, k, v, kc, need_weights=output_attentions, **self._kwargs()))
-            out = torch.cat([p[0] for p in parts], dim=2)
-            weights = torch.cat([p[1] for p in parts], dim=2) if output_attentions else None
-            stats = {key: torch.cat([p[2][key] for p in parts], dim=-1) for key in parts[0][2]}
+        out, weights, stats = reluformer_attention(
+            q, k, v, keep, scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
+            eps=self.eps, entropy_bound=self.entropy_bound, need_weights=ctx.output_attentions, chunk=self.query_chunk,
+        )
         if ctx.state is not None:  # per-row statistics for L_reg (`model_losses`)
             ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = stats
         return out, weights
-
-    def _chunk(self, q, k, v, keep):
-        return reluformer_attention(q, k, v, keep, **self._kwargs())
 
     # ---- model-level hooks --------------------------------------------------------------------------------------
     @staticmethod

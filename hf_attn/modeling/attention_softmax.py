@@ -43,6 +43,8 @@ class SoftmaxAttention(VariantAttention):
         ),
     )
 
+    compact_keep = True
+
     def attend(self, q, k, v, keep, ctx):
         return softmax_attention(q, k, v, keep, self.scaling, self.attn_dropout, ctx.output_attentions)
 

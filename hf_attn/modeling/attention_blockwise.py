@@ -1,0 +1,144 @@
+"""Block-wise ReLU-family attention for long inputs: linear memory, the values and gradients of the full computation.
+
+The ReLU family (ReLA, Zhang et al. 2021 Eq. 3; ReLUFormer, Shen et al. 2023 Eq. 5-6) has no softmax normaliser:
+
+    o_i = sum_j dropout(a_ij) v_j,   a_ij = act(q_i k_j^T) * keep_ij        (q already scaled)
+
+so the output is a plain sum over blocks of keys, and so are ReLUFormer's row statistics for L_reg (Eq. 7):
+``sum_j a_ij`` and ``sum_j a_ij log a_ij``. `blockwise_relu_attention` walks blocks of ``chunk`` queries x ``chunk``
+keys and adds each block's share; causal blocks above the diagonal are skipped. The backward pass recomputes each
+block's scores instead of storing them, so only one ``[B, H, chunk, chunk]`` block of intermediates is alive at a
+time (the full computation keeps several ``[B, H, T, S]`` ones). Attention dropout draws each block's mask from its
+own generator, seeded from one seed drawn per call from torch's global RNG: the backward pass regenerates exactly
+the masks the forward pass used, and `torch.manual_seed` makes a training step reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+ACTIVATIONS = ("relu", "gelu", "leaky_relu")
+_TINY = 1e-30  # s log s uses log(max(s, tiny)): 0 log 0 = 0, never NaN
+
+
+def activate(x: torch.Tensor, activation: str, slope: float = 0.01) -> torch.Tensor:
+    """relu / gelu (exact, erf) / leaky_relu(slope)."""
+    if activation == "relu":
+        return F.relu(x)
+    if activation == "gelu":
+        return F.gelu(x)
+    return F.leaky_relu(x, slope)
+
+
+def activation_grad(x: torch.Tensor, activation: str, slope: float = 0.01) -> torch.Tensor:
+    """d act / dx, as autograd computes it (0 at x = 0 for relu, ``slope`` for leaky_relu)."""
+    if activation == "relu":
+        return (x > 0).to(x.dtype)
+    if activation == "leaky_relu":
+        return torch.where(x > 0, 1.0, slope).to(x.dtype)
+    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))  # GELU(x) = x Phi(x): Phi(x) + x phi(x)
+    return cdf + x * torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+
+
+def use_blocks(q_len: int, k_len: int, chunk: int, need_weights: bool) -> bool:
+    """Run block-wise when a side is longer than ``chunk`` (0 = never) and the weights are not requested."""
+    return chunk > 0 and max(q_len, k_len) > chunk and not need_weights
+
+
+def blockwise_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropout=0.0, chunk=256,
+                             float32=False, stats=False):
+    """``sum_j dropout(act(q k_j^T) * keep_j) v_j`` over key blocks, for query blocks of ``chunk`` rows.
+
+    q ``[B,H,T,dh]`` (scaled), k/v ``[B,H,S,dh]``, keep a `KeepMask`. ``float32``: the weights in float32 (under
+    autocast too). Returns (context ``[B,H,T,dh]``, row sums or None, row sums of a log a or None): the float32
+    ``[B,H,T]`` statistics only with ``stats``.
+    """
+    seed = int(torch.randint(0, 2**62, ()).item()) if dropout > 0 else 0
+    out, total, s_log_s = _BlockwiseReluAttention.apply(
+        q, k, v, keep, (activation, slope, dropout, chunk, float32 or stats, stats, seed)
+    )
+    return out, (total if stats else None), (s_log_s if stats else None)
+
+
+def _blocks(keep, q_len: int, k_len: int, chunk: int):
+    """(index, q0, q1, k0, k1) of every block that some query may see into."""
+    index = 0
+    for q0 in range(0, q_len, chunk):
+        q1 = min(q0 + chunk, q_len)
+        for k0 in range(0, k_len, chunk):
+            if not keep.block_hidden(q0, q1, k0):
+                yield index, q0, q1, k0, min(k0 + chunk, k_len)
+            index += 1
+
+
+def _dropout_mask(shape, p: float, seed: int, device, dtype) -> torch.Tensor:
+    """F.dropout's mask for one block (keep with probability 1 - p, scaled by 1 / (1 - p)), from its own seed."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return torch.empty(shape, device=device, dtype=dtype).bernoulli_(1.0 - p, generator=gen).div_(1.0 - p)
+
+
+class _BlockwiseReluAttention(torch.autograd.Function):
+    """Forward and backward over blocks; the backward recomputes each block's scores (module docstring)."""
+
+    @staticmethod
+    def _scores(q, k, keep, q0, q1, k0, k1, opts):
+        activation, slope, _, _, float32, _, _ = opts
+        x = torch.matmul(q[:, :, q0:q1], k[:, :, k0:k1].transpose(-1, -2))
+        x = x.float() if float32 and x.dtype in (torch.float16, torch.bfloat16) else x
+        a = activate(x, activation, slope)
+        mask = keep.block(q0, q1, k0, k1, device=q.device)
+        return x, (a if mask is None else a * mask), mask
+
+    @staticmethod
+    def forward(ctx, q, k, v, keep, opts):
+        _, _, dropout, chunk, _, stats, seed = opts
+        b, h, t, _ = q.shape
+        wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
+        out = torch.zeros(b, h, t, v.shape[-1], dtype=wide, device=q.device)
+        total = torch.zeros(b, h, t, dtype=wide, device=q.device) if stats else q.new_zeros(0)
+        s_log_s = torch.zeros_like(total)
+        for index, q0, q1, k0, k1 in _blocks(keep, t, k.shape[2], chunk):
+            _, a, _ = _BlockwiseReluAttention._scores(q, k, keep, q0, q1, k0, k1, opts)
+            if stats:  # Shen et al. 2023 Eq. 7's row statistics: sums over keys
+                total[:, :, q0:q1] += a.sum(-1)
+                s_log_s[:, :, q0:q1] += (a * a.clamp(min=_TINY).log()).sum(-1)
+            if dropout > 0:
+                a = a * _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype)
+            out[:, :, q0:q1] += torch.matmul(a.to(v.dtype), v[:, :, k0:k1])
+        ctx.save_for_backward(q, k, v)
+        ctx.keep, ctx.opts = keep, opts
+        ctx.set_materialize_grads(False)
+        return out.to(v.dtype), total, s_log_s
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_total, grad_s_log_s):
+        q, k, v = ctx.saved_tensors
+        keep, opts = ctx.keep, ctx.opts
+        activation, slope, dropout, chunk, _, stats, seed = opts
+        wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
+        dq, dk, dv = (torch.zeros(x.shape, dtype=wide, device=x.device) for x in (q, k, v))
+        for index, q0, q1, k0, k1 in _blocks(keep, q.shape[2], k.shape[2], chunk):
+            x, a, mask = _BlockwiseReluAttention._scores(q, k, keep, q0, q1, k0, k1, opts)
+            grad_a = torch.zeros_like(a)
+            if grad_out is not None:
+                g = grad_out[:, :, q0:q1]
+                drop = _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else None
+                dropped = a if drop is None else a * drop
+                dv[:, :, k0:k1] += torch.matmul(dropped.to(v.dtype).transpose(-1, -2), g)
+                grad_dropped = torch.matmul(g, v[:, :, k0:k1].transpose(-1, -2)).to(a.dtype)
+                grad_a += grad_dropped if drop is None else grad_dropped * drop
+            if stats and grad_total is not None:
+                grad_a += grad_total[:, :, q0:q1, None]
+            if stats and grad_s_log_s is not None:  # d(a log max(a, tiny)) / da
+                grad_a += grad_s_log_s[:, :, q0:q1, None] * (a.clamp(min=_TINY).log() + (a > _TINY).to(a.dtype))
+            grad_x = grad_a * activation_grad(x, activation, slope)
+            if mask is not None:
+                grad_x = grad_x * mask
+            grad_x = grad_x.to(q.dtype)
+            dq[:, :, q0:q1] += torch.matmul(grad_x, k[:, :, k0:k1])
+            dk[:, :, k0:k1] += torch.matmul(grad_x.transpose(-1, -2), q[:, :, q0:q1])
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
