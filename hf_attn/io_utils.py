@@ -93,3 +93,16 @@ def ensure_writable_dir(path: str | os.PathLike, flag: str = "--output_dir") -> 
             f"{flag} {str(path)!r} is not a writable directory ({e.strerror or e}); choose a directory you can write to"
         ) from None
     return p
+
+
+def replace_marked_block(path: str | os.PathLike, start: str, end: str, body: str) -> bool:
+    """Replace the text between the marker lines ``start`` and ``end`` of the file ``path`` with ``body`` (markers
+    kept, everything else untouched); False, and nothing written, when the file lacks either marker."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    if start not in text or end not in text.split(start, 1)[1]:
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    p.write_text(head + start + "\n" + body + "\n" + end + tail, encoding="utf-8")
+    return True

@@ -1,24 +1,33 @@
 #!/usr/bin/env python
-"""Speed and memory of attention presets against the `softmax` preset (SDPA), measured in the same run.
+"""Speed and memory of hf-attn presets against stock transformers with SDPA, measured in the same run.
 
-For one model size, every preset is timed on
-  * a training step: forward + backward + AdamW step on a batch of `--batch` sentences of `--src-len`/`--tgt-len`
-    tokens, and
-  * beam-`--beams` decoding of `--decode-batch` sentences, forced to exactly `--decode-len` new tokens (so every
-    preset does the same work even with random weights).
-Rounds are interleaved (softmax, A, B, ..., softmax, A, B, ...) and repeated; the ratio of a preset is the median
-over rounds of t_softmax / t_preset in that round (> 1 = faster than softmax, the papers' convention, e.g. ReLA-g
-0.93x train). Peak memory is the growth of the process' peak RSS during one training step, each preset measured
-in a fresh subprocess (on CUDA: torch.cuda.max_memory_allocated).
+The reference is the model a user would otherwise train: stock `MarianMTModel` (``--base bart``:
+`BartForConditionalGeneration`) of the same sizes with ``attn_implementation="sdpa"``, holding the weights of the
+hf-attn ``softmax`` model (same shapes), so both do identical work. hf-attn's own ``softmax`` preset is always
+timed too and reported as a second column. For one model size, every model is timed on
+  * a training step: forward + backward + AdamW step on `--batch` sentences of `--src-len`/`--tgt-len` tokens,
+    a `--pad-fraction` of the rows padded (their source and target shortened to a random length >= half), and
+  * beam-`--beams` decoding of `--decode-batch` sources of `--decode-src-len` tokens (padded likewise), forced to
+    exactly `--decode-len` new tokens (every model does the same work, also with random weights).
+Rounds are interleaved (stock, softmax, A, B, ..., stock, softmax, A, ...) and repeated; a ratio is the median
+over rounds of t_reference / t_preset in that round (> 1 = faster than the reference). Peak memory is the growth
+of the peak RSS during one training step, each model in a fresh subprocess (on CUDA: max_memory_allocated).
+The defaults are the setting of issue 16 (small Marian, batch 32 x 30 with a quarter padded, beam-4 decoding of
+16 x 24 tokens, 2 threads):
 
-    python scripts/benchmark.py --presets softmax,rela-g,sparsemax --repeats 5 --output runs/bench.json
+    python scripts/benchmark.py --repeats 5 --output runs/bench.json
+    python scripts/benchmark.py --base bart --output runs/bench_bart.json
 
-Long-sequence mode (`--long 128,256,512,1024,2048`): for each length L, forward + backward of the whole model on
-`--long-batch` sequences of L source and L target tokens (no optimiser step), interleaved rounds as above, the
-median ratio t_softmax / t_preset per length, and the peak memory growth of one forward + backward per preset and
-length (a fresh subprocess each):
+Long-sequence mode (`--long 512,1024,2048,4096`): forward + backward of the whole model on `--long-batch`
+sequences of L source and L target tokens (no optimiser step) per length, interleaved rounds as above, the
+peak memory of one forward + backward per model and length (a fresh subprocess each), and a plot (speed and
+peak memory against L, stock SDPA the reference line) beside the JSON:
 
-    python scripts/benchmark.py --presets softmax,reluformer --long 128,256,512,1024,2048 --repeats 3 --output runs/bench_long.json
+    python scripts/benchmark.py --presets reluformer --long 512,1024,2048,4096 --repeats 3 --output runs/bench_long.json
+
+The README's Speed section is generated from such JSON files (the block between the benchmark markers):
+
+    python scripts/benchmark.py --readme README.md --from runs/bench.json runs/bench_long.json
 """
 
 from __future__ import annotations
@@ -31,60 +40,75 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
 
 import hf_attn
+from hf_attn.io_utils import replace_marked_block, write_json
+
+STOCK = "stock-sdpa"  # the reference model's row name
+DEFAULT_PRESETS = "softmax,sparsemax,entmax15,rela-g,gmm,ran-all,ran-d,calibration-gate"
+README_START, README_END = "<!-- benchmark:start -->", "<!-- benchmark:end -->"
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--presets", default="softmax,sparsemax,entmax15,rela-i,rela-g", help="comma list, or 'all'")
+    p.add_argument("--presets", default=DEFAULT_PRESETS, help="comma list, or 'all' (softmax is always included)")
     p.add_argument("--base", choices=["marian", "bart"], default="marian")
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--ffn", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=8000)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--src-len", type=int, default=30)
     p.add_argument("--tgt-len", type=int, default=30)
-    p.add_argument("--decode-batch", type=int, default=32)
-    p.add_argument("--decode-len", type=int, default=30)
+    p.add_argument("--pad-fraction", type=float, default=0.25, help="share of the rows that are padded")
+    p.add_argument("--decode-batch", type=int, default=16)
+    p.add_argument("--decode-src-len", type=int, default=24)
+    p.add_argument("--decode-len", type=int, default=24, help="new tokens per decoded sentence")
     p.add_argument("--beams", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--no-memory", action="store_true", help="skip the per-preset memory subprocesses")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-model memory subprocesses")
     p.add_argument("--no-decode", action="store_true", help="time training steps only")
     p.add_argument("--output", default="runs/benchmark.json", help="JSON results (a .md table is written beside)")
-    p.add_argument("--long", default=None, help="long-sequence mode: comma list of lengths, e.g. 128,256,512,1024,2048")
+    p.add_argument("--long", default=None, help="long-sequence mode: comma list of lengths, e.g. 512,1024,2048,4096")
     p.add_argument("--long-batch", type=int, default=2, help="sequences per forward/backward in --long mode")
+    p.add_argument("--readme", default=None, help="rewrite this README's benchmark block from the --from JSON files")
+    p.add_argument("--from", dest="sources", nargs="+", default=None, help="benchmark JSON files for --readme")
     p.add_argument("--_memory-of", dest="memory_of", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_memory-len", dest="memory_len", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if (args.readme is None) != (args.sources is None):
+        p.error("--readme README.md and --from RESULT.json ... go together")
     names = sorted(hf_attn.PRESETS) if args.presets == "all" else [x.strip() for x in args.presets.split(",") if x]
     for name in names:
         if name not in hf_attn.PRESETS:
             p.error(f"unknown preset {name!r}; valid presets: {sorted(hf_attn.PRESETS)}")
     args.presets = ["softmax"] + [n for n in names if n != "softmax"]
+    if not 0 <= args.pad_fraction <= 1:
+        p.error(f"--pad-fraction {args.pad_fraction}: must be in [0, 1], e.g. 0.25")
     if args.long is not None:
         try:
             args.long = [int(x) for x in str(args.long).split(",") if x.strip()]
         except ValueError:
-            p.error(f"--long {args.long!r}: need a comma list of positive lengths, e.g. 128,256,512,1024,2048")
+            p.error(f"--long {args.long!r}: need a comma list of positive lengths, e.g. 512,1024,2048,4096")
         if not args.long or min(args.long) < 2:
-            p.error(f"--long {args.long!r}: need a comma list of lengths >= 2, e.g. 128,256,512,1024,2048")
+            p.error(f"--long {args.long!r}: need a comma list of lengths >= 2, e.g. 512,1024,2048,4096")
     return args
 
 
-def build(args, preset):
-    torch.manual_seed(0)
-    config_cls = hf_attn.HfAttnMarianConfig if args.base == "marian" else hf_attn.HfAttnBartConfig
-    model_cls = hf_attn.HfAttnMarianMTModel if args.base == "marian" else hf_attn.HfAttnBartForConditionalGeneration
-    config = config_cls.from_preset(
-        preset,
+# ---------------------------------------------------------------------------------------------------------------
+# Models and batches
+# ---------------------------------------------------------------------------------------------------------------
+def sizes(args, max_len: int) -> dict:
+    """The config fields shared by the stock and the hf-attn models."""
+    return dict(
         vocab_size=args.vocab,
         d_model=args.d_model,
         encoder_layers=args.layers,
@@ -93,25 +117,63 @@ def build(args, preset):
         decoder_attention_heads=args.heads,
         encoder_ffn_dim=args.ffn,
         decoder_ffn_dim=args.ffn,
-        max_position_embeddings=max(512, args.src_len, args.tgt_len, args.decode_len + 2),
+        max_position_embeddings=max(512, max_len),
         pad_token_id=1,
         eos_token_id=2,
         forced_eos_token_id=None,
         decoder_start_token_id=1 if args.base == "marian" else 2,
         bos_token_id=0,
     )
-    model = model_cls(config).to(args.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    return model, optimizer
+
+
+def max_len(args) -> int:
+    return max([args.src_len, args.tgt_len, args.decode_src_len, args.decode_len + 2, *(args.long or [])])
+
+
+def build(args, preset):
+    """An hf-attn model of `preset` (seed 0) and its optimiser."""
+    torch.manual_seed(0)
+    config_cls = hf_attn.HfAttnMarianConfig if args.base == "marian" else hf_attn.HfAttnBartConfig
+    model_cls = hf_attn.HfAttnMarianMTModel if args.base == "marian" else hf_attn.HfAttnBartForConditionalGeneration
+    model = model_cls(config_cls.from_preset(preset, **sizes(args, max_len(args)))).to(args.device)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def build_stock(args, reference=None):
+    """Stock transformers with SDPA, of the same sizes, with the weights of `reference` (hf-attn softmax)."""
+    config_cls, model_cls = (MarianConfig, MarianMTModel) if args.base == "marian" else (BartConfig, BartForConditionalGeneration)
+    torch.manual_seed(0)
+    model = model_cls._from_config(config_cls(**sizes(args, max_len(args))), attn_implementation="sdpa")
+    if reference is None:
+        reference = build(args, "softmax")[0]
+    missing, unexpected = model.load_state_dict(reference.state_dict(), strict=False)
+    if missing or unexpected:
+        raise RuntimeError(f"stock model and hf-attn softmax differ in parameters: {missing} / {unexpected}")
+    model.to(args.device)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def build_named(args, name, reference=None):
+    return build_stock(args, reference) if name == STOCK else build(args, name)
 
 
 def make_batch(args, n, src_len, tgt_len=None):
+    """Random ids; a `--pad-fraction` of the rows (every k-th) shortened to a random length >= half, padded right."""
     g = torch.Generator().manual_seed(n * 1000 + src_len)
     src = torch.randint(3, args.vocab, (n, src_len), generator=g)
-    src[:, -1] = 2
-    batch = {"input_ids": src, "attention_mask": torch.ones_like(src)}
-    if tgt_len:
-        batch["labels"] = torch.randint(3, args.vocab, (n, tgt_len), generator=g)
+    mask = torch.ones_like(src)
+    labels = torch.randint(3, args.vocab, (n, tgt_len), generator=g) if tgt_len else None
+    n_pad = round(n * args.pad_fraction)
+    padded = torch.linspace(0, n - 1, n_pad).round().long().flip(0) if n_pad else torch.zeros(0, dtype=torch.long)
+    for i in padded.tolist():
+        keep = int(torch.randint(max(1, src_len // 2), src_len, (1,), generator=g)) if src_len > 1 else 1
+        src[i, keep:], mask[i, keep:] = 1, 0
+        if labels is not None and tgt_len > 1:
+            labels[i, int(torch.randint(max(1, tgt_len // 2), tgt_len, (1,), generator=g)):] = -100
+    src[torch.arange(n), mask.sum(1) - 1] = 2  # eos closes every source
+    batch = {"input_ids": src, "attention_mask": mask}
+    if labels is not None:
+        batch["labels"] = labels
     return {k: v.to(args.device) for k, v in batch.items()}
 
 
@@ -150,6 +212,15 @@ def timed(args, fn, *a):
     return time.perf_counter() - start
 
 
+def ratios(times: dict, name: str) -> dict:
+    """Median per-round speed ratios of `name` against the stock model and hf-attn softmax (> 1 = faster)."""
+    return {ref: statistics.median(r / t for r, t in zip(times[key], times[name]))
+            for ref, key in (("stock", STOCK), ("softmax", "softmax"))}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Peak memory, each model in a fresh subprocess
+# ---------------------------------------------------------------------------------------------------------------
 def _proc_status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
@@ -183,43 +254,62 @@ def cpu_peak_growth_mib(fn, *a) -> float:
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
 
 
-def peak_memory_mb(args) -> float:
-    """One training step of `args.memory_of` in this (fresh) process: peak memory growth in MiB."""
-    model, optimizer = build(args, args.memory_of)
-    batch = make_batch(args, args.batch, args.src_len, args.tgt_len)
+def peak_growth_mib(args, fn, *a) -> float:
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        train_step(model, optimizer, batch)
+        fn(*a)
         return (torch.cuda.max_memory_allocated() - before) / 2**20
-    return cpu_peak_growth_mib(train_step, model, optimizer, batch)
+    return cpu_peak_growth_mib(fn, *a)
 
 
-def memory_in_subprocess(args, preset, argv) -> float:
-    cmd = [sys.executable, __file__, *argv, "--_memory-of", preset]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+def peak_memory_mb(args) -> float:
+    """In this (fresh) process: one training step (or, with `memory_len`, one forward + backward at that length)."""
+    model, optimizer = build_named(args, args.memory_of)
+    if args.memory_len:
+        return peak_growth_mib(args, forward_backward, model, make_batch(args, args.long_batch, args.memory_len, args.memory_len))
+    return peak_growth_mib(args, train_step, model, optimizer, make_batch(args, args.batch, args.src_len, args.tgt_len))
+
+
+def memory_in_subprocess(name, argv, length=None) -> float | None:
+    """Peak memory of model `name` measured by a fresh process; None (and a note) if that process fails."""
+    cmd = [sys.executable, __file__, *argv, "--_memory-of", name] + (["--_memory-len", str(length)] if length else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if out.returncode != 0:  # e.g. out of memory: reported as missing, not a crash of the whole benchmark
+        print(f"memory run of {name} (length {length}) failed: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
     return float(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sentence-level benchmark
+# ---------------------------------------------------------------------------------------------------------------
+def build_all(args) -> dict:
+    """{name: (model, optimiser)}: stock first, then hf-attn softmax (whose weights the stock model holds), ..."""
+    models = {}
+    for name in tqdm(["softmax", *args.presets[1:]], desc="building models"):
+        models[name] = build(args, name)
+    return {STOCK: build_stock(args, models["softmax"][0]), **models}
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.readme:
+        return update_readme(Path(args.readme), [Path(s) for s in args.sources])
     torch.set_num_threads(args.threads)
-    if args.memory_of and args.memory_len:
-        print(f"{long_peak_memory_mb(args):.1f}")
-        return None
     if args.memory_of:
         print(f"{peak_memory_mb(args):.1f}")
         return None
     if args.long:
         return long_main(args, argv)
 
-    models = {name: build(args, name) for name in tqdm(args.presets, desc="building models")}
+    models = build_all(args)
     train_batch = make_batch(args, args.batch, args.src_len, args.tgt_len)
-    decode_batch = make_batch(args, args.decode_batch, args.src_len)
+    decode_batch = make_batch(args, args.decode_batch, args.decode_src_len)
     kinds = ["train"] + ([] if args.no_decode else ["decode"])
-    times = {k: {n: [] for n in args.presets} for k in kinds}
-    for name, (model, opt) in models.items():  # warm-up round, not timed
+    times = {k: {n: [] for n in models} for k in kinds}
+    for model, opt in models.values():  # warm-up round, not timed
         train_step(model, opt, train_batch)
         if not args.no_decode:
             decode(args, model, decode_batch)
@@ -229,49 +319,76 @@ def main(argv=None):
             if not args.no_decode:
                 times["decode"][name].append(timed(args, decode, args, model, decode_batch))
 
-    results = {"settings": {k: v for k, v in vars(args).items() if k != "memory_of"}, "torch": torch.__version__}
-    results["threads"] = torch.get_num_threads()
     rows = []
-    for name in args.presets:
-        row = {"preset": name, "params": sum(p.numel() for p in models[name][0].parameters())}
+    for name, (model, _) in models.items():
+        row = {"preset": name, "params": sum(p.numel() for p in model.parameters())}
         for kind in kinds:
-            ratios = [s / t for s, t in zip(times[kind]["softmax"], times[kind][name])]
             row[f"{kind}_median_s"] = statistics.median(times[kind][name])
-            row[f"{kind}_ratio_vs_softmax"] = statistics.median(ratios)
+            for ref, value in ratios(times[kind], name).items():
+                row[f"{kind}_ratio_vs_{ref}"] = value
         if not args.no_memory:
-            row["train_peak_mem_mib"] = memory_in_subprocess(args, name, [a for a in argv if a])
+            row["train_peak_mem_mib"] = memory_in_subprocess(name, argv)
         rows.append(row)
-    results["rows"] = rows
-    table = render_table(args, rows, kinds)
+    return finish(args, argv, {"rows": rows, "times": times}, render_table(settings(args, argv), rows))
+
+
+def settings(args, argv) -> dict:
+    out = {k: v for k, v in vars(args).items() if k not in ("memory_of", "memory_len", "readme", "sources")}
+    return {**out, "command": "python scripts/benchmark.py " + " ".join(argv), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "device_name": device_name(args.device)}
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"CPU ({os.cpu_count()} cores)"
+
+
+def finish(args, argv, results: dict, table: str) -> dict:
+    results = {"settings": settings(args, argv), **results}
     print(table)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
-        f.write(table + "\n")
-    print(f"wrote {args.output}")
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, results)
+    out.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
+    print(f"wrote {out}")
     return results
 
 
-def render_table(args, rows, kinds) -> str:
+def _x(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _mib(value) -> str:
+    return "failed" if value is None else f"{value:.0f}"
+
+
+def model_description(s: dict) -> str:
+    return (f"{s['base']} d_model={s['d_model']} layers={s['layers']}+{s['layers']} heads={s['heads']} "
+            f"ffn={s['ffn']} vocab={s['vocab']}")
+
+
+def render_table(s: dict, rows) -> str:
+    """Markdown: the setting, then one row per model with its ratios against stock SDPA and hf-attn softmax."""
+    kinds = ["train"] + ([] if s["no_decode"] else ["decode"])
     head = (
-        f"{args.base} d_model={args.d_model} layers={args.layers}+{args.layers} heads={args.heads} ffn={args.ffn} "
-        f"vocab={args.vocab}; train batch {args.batch}x{args.src_len}/{args.tgt_len}; decode {args.decode_batch} "
-        f"sentences, beam {args.beams}, {args.decode_len} tokens; {args.repeats} interleaved rounds, median ratio "
-        f"t_softmax/t_preset (>1 = faster); device {args.device}, {torch.get_num_threads()} threads\n"
+        f"{model_description(s)}; train batch {s['batch']} x {s['src_len']}/{s['tgt_len']} tokens "
+        f"({s['pad_fraction']:.0%} of rows padded); decode {s['decode_batch']} x {s['decode_src_len']} tokens, beam "
+        f"{s['beams']}, {s['decode_len']} new tokens; {s['repeats']} interleaved rounds, median of per-round ratios "
+        f"t_reference / t_preset (> 1 = faster); reference {STOCK} = stock {s['base']} with attn_implementation="
+        f"\"sdpa\"; {s['device_name']}, {s['threads']} threads, torch {s['torch']}\n"
     )
-    cols = ["preset", "params"]
+    cols = ["preset"]
     for kind in kinds:
-        cols += [f"{kind} s (median)", f"{kind} speed vs softmax"]
-    if "train_peak_mem_mib" in rows[0]:
-        cols.append("train peak mem MiB")
+        cols += [f"{kind} vs stock SDPA", f"{kind} vs hf-attn softmax", f"{kind} s (median)"]
+    mem = "train_peak_mem_mib" in rows[0]
+    cols += ["train peak mem MiB"] if mem else []
     lines = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        cells = [r["preset"], f"{r['params'] / 1e6:.2f}M"]
+        cells = [r["preset"]]
         for kind in kinds:
-            cells += [f"{r[f'{kind}_median_s']:.3f}", f"{r[f'{kind}_ratio_vs_softmax']:.2f}x"]
-        if "train_peak_mem_mib" in r:
-            cells.append(f"{r['train_peak_mem_mib']:.0f}")
+            cells += [_x(r[f"{kind}_ratio_vs_stock"]), _x(r[f"{kind}_ratio_vs_softmax"]), f"{r[f'{kind}_median_s']:.3f}"]
+        cells += [_mib(r["train_peak_mem_mib"])] if mem else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -279,13 +396,6 @@ def render_table(args, rows, kinds) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # Long-sequence mode
 # ---------------------------------------------------------------------------------------------------------------
-def long_args(args, length):
-    """`args` with source/target length `length` (position tables sized for the longest length)."""
-    ns = argparse.Namespace(**vars(args))
-    ns.src_len = ns.tgt_len = length
-    return ns
-
-
 def forward_backward(model, batch):
     model.train()
     loss = model(**batch).loss
@@ -294,84 +404,115 @@ def forward_backward(model, batch):
     return loss.item()
 
 
-def long_peak_memory_mb(args) -> float:
-    """One forward + backward of `args.memory_of` at length `args.memory_len`, in this (fresh) process (MiB)."""
-    model, _ = build(long_args(args, max(args.long)), args.memory_of)
-    batch = make_batch(args, args.long_batch, args.memory_len, args.memory_len)
-    if args.device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        forward_backward(model, batch)
-        return (torch.cuda.max_memory_allocated() - before) / 2**20
-    return cpu_peak_growth_mib(forward_backward, model, batch)
-
-
-def long_memory_in_subprocess(preset, length, argv) -> float | None:
-    cmd = [sys.executable, __file__, *argv, "--_memory-of", preset, "--_memory-len", str(length)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    if out.returncode != 0:  # e.g. out of memory: reported as missing, not a crash of the whole benchmark
-        print(f"memory run of {preset} at {length} failed: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
-        return None
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def long_main(args, argv):
-    """Forward + backward time and peak memory per preset and input length (interleaved, median ratios)."""
-    models = {name: build(long_args(args, max(args.long)), name)[0] for name in tqdm(args.presets, desc="building models")}
+    """Forward + backward time and peak memory per model and input length (interleaved, median ratios), a plot."""
+    models = {name: model for name, (model, _) in build_all(args).items()}
     rows = []
     for length in args.long:
         batch = make_batch(args, args.long_batch, length, length)
         for model in models.values():  # warm-up, not timed
             forward_backward(model, batch)
-        times = {n: [] for n in args.presets}
+        times = {n: [] for n in models}
         for _ in tqdm(range(args.repeats), desc=f"length {length}: interleaved rounds"):
             for name, model in models.items():
                 times[name].append(timed(args, forward_backward, model, batch))
-        for name in args.presets:
-            ratios = [s / t for s, t in zip(times["softmax"], times[name])]
-            row = {
+        for name in models:
+            r = ratios(times, name)
+            rows.append({
                 "length": length,
                 "preset": name,
                 "fwd_bwd_median_s": statistics.median(times[name]),
-                "fwd_bwd_ratio_vs_softmax": statistics.median(ratios),
+                "fwd_bwd_ratio_vs_stock": r["stock"],
+                "fwd_bwd_ratio_vs_softmax": r["softmax"],
                 "tokens_per_s": 2 * length * args.long_batch / statistics.median(times[name]),
-            }
-            if not args.no_memory:
-                row["peak_mem_mib"] = long_memory_in_subprocess(name, length, [a for a in argv if a])
-            rows.append(row)
-    results = {"settings": {k: v for k, v in vars(args).items() if k not in ("memory_of", "memory_len")},
-               "torch": torch.__version__, "threads": torch.get_num_threads(), "long_rows": rows}
-    table = render_long_table(args, rows)
-    print(table)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
-        f.write(table + "\n")
-    print(f"wrote {args.output}")
+                "peak_mem_mib": None if args.no_memory else memory_in_subprocess(name, argv, length),
+            })
+    results = finish(args, argv, {"long_rows": rows}, render_long_table(settings(args, argv), rows))
+    plot = Path(args.output).with_suffix(".png")
+    plot_long(rows, plot, model_description(results["settings"]))
+    print(f"wrote {plot}")
     return results
 
 
-def render_long_table(args, rows) -> str:
+def render_long_table(s: dict, rows) -> str:
     head = (
-        f"{args.base} d_model={args.d_model} layers={args.layers}+{args.layers} heads={args.heads} ffn={args.ffn} "
-        f"vocab={args.vocab}; forward + backward of {args.long_batch} sequences of L source + L target tokens; "
-        f"{args.repeats} interleaved rounds, median ratio t_softmax/t_preset (>1 = faster); peak memory = growth "
-        f"during one forward + backward; device {args.device}, {torch.get_num_threads()} threads\n"
+        f"{model_description(s)}; forward + backward of {s['long_batch']} sequences of L source + L target tokens; "
+        f"{s['repeats']} interleaved rounds, median of per-round ratios t_reference / t_preset (> 1 = faster); peak "
+        f"memory = growth during one forward + backward, a fresh process per model and length; reference {STOCK} = "
+        f"stock {s['base']} with attn_implementation=\"sdpa\"; {s['device_name']}, {s['threads']} threads\n"
     )
-    mem = not args.no_memory
-    cols = ["L", "preset", "fwd+bwd s (median)", "speed vs softmax", "tokens/s"] + (["peak mem MiB", "mem vs softmax"] if mem else [])
+    cols = ["L", "preset", "vs stock SDPA", "vs hf-attn softmax", "fwd+bwd s (median)", "tokens/s", "peak mem MiB",
+            "mem vs stock"]
     lines = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    soft_mem = {r["length"]: r.get("peak_mem_mib") for r in rows if r["preset"] == "softmax"}
+    stock_mem = {r["length"]: r["peak_mem_mib"] for r in rows if r["preset"] == STOCK}
     for r in rows:
-        cells = [str(r["length"]), r["preset"], f"{r['fwd_bwd_median_s']:.3f}", f"{r['fwd_bwd_ratio_vs_softmax']:.2f}x",
-                 f"{r['tokens_per_s']:.0f}"]
-        if mem:
-            m, m0 = r.get("peak_mem_mib"), soft_mem.get(r["length"])
-            cells.append("failed" if m is None else f"{m:.0f}")
-            cells.append(f"{m / m0:.2f}x" if m is not None and m0 else "-")
-        lines.append("| " + " | ".join(cells) + " |")
+        m, m0 = r["peak_mem_mib"], stock_mem.get(r["length"])
+        lines.append("| " + " | ".join([
+            str(r["length"]), r["preset"], _x(r["fwd_bwd_ratio_vs_stock"]), _x(r["fwd_bwd_ratio_vs_softmax"]),
+            f"{r['fwd_bwd_median_s']:.3f}", f"{r['tokens_per_s']:.0f}", "-" if m is None and m0 is None else _mib(m),
+            _x(m / m0 if m is not None and m0 else None),
+        ]) + " |")
     return "\n".join(lines)
+
+
+def plot_long(rows, path: Path, title: str) -> None:
+    """Speed vs stock SDPA and peak memory against input length, stock SDPA the reference line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["preset"] for r in rows))
+    fig, (ax_speed, ax_mem) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in names:
+        own = [r for r in rows if r["preset"] == name]
+        lengths = [r["length"] for r in own]
+        style = dict(color="black", linestyle="--", linewidth=2) if name == STOCK else dict(marker="o")
+        ax_speed.plot(lengths, [r["fwd_bwd_ratio_vs_stock"] for r in own], label=name, **style)
+        mem = [(r["length"], r["peak_mem_mib"]) for r in own if r["peak_mem_mib"] is not None]
+        if mem:
+            ax_mem.plot(*zip(*mem), label=name, **style)
+    ax_speed.set(xscale="log", xlabel="input length L (source = target)", ylabel="speed vs stock SDPA (> 1 = faster)",
+                 title="forward + backward speed")
+    ax_mem.set(xscale="log", yscale="log", xlabel="input length L (source = target)", ylabel="peak memory growth (MiB)",
+               title="peak memory of one forward + backward")
+    for ax in (ax_speed, ax_mem):
+        ax.set_xticks(sorted({r["length"] for r in rows}), labels=[str(x) for x in sorted({r["length"] for r in rows})])
+        ax.grid(alpha=0.3)
+    ax_speed.legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The README's Speed block, generated from benchmark JSON files
+# ---------------------------------------------------------------------------------------------------------------
+def readme_block(sources: list[Path]) -> str:
+    """The Markdown between the README's benchmark markers: per JSON file its command and table."""
+    parts = ["Generated by `python scripts/benchmark.py --readme README.md --from "
+             + " ".join(p.as_posix() for p in sources) + "` from these runs:"]
+    for path in sources:
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+            s = result["settings"]
+            table = render_long_table(s, result["long_rows"]) if "long_rows" in result else render_table(s, result["rows"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"benchmark: {path} is not a benchmark result ({type(e).__name__}: {e}); pass the JSON "
+                             "that scripts/benchmark.py --output wrote")
+        parts += ["", "```bash", s["command"], "```", "", table]
+    return "\n".join(parts)
+
+
+def update_readme(readme: Path, sources: list[Path]) -> str:
+    """Replace the README's block between the benchmark markers with `readme_block(sources)`."""
+    body = readme_block(sources)
+    if not replace_marked_block(readme, README_START, README_END, body):
+        raise SystemExit(f"benchmark: {readme} has no block between {README_START} and {README_END}; add the two "
+                         "marker lines where the tables belong")
+    print(f"updated the benchmark block of {readme}")
+    return body
 
 
 if __name__ == "__main__":

@@ -1,80 +1,157 @@
-"""scripts/benchmark.py runs end to end and reports ratios against softmax measured in the same run."""
+"""scripts/benchmark.py: ratios against stock transformers SDPA and hf-attn softmax measured in one run, --long mode
+with its plot, and the README block generated from the JSON."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "50", "--repeats", "1"]
 
 
-def test_benchmark_smoke(tmp_path):
-    out = tmp_path / "bench.json"
-    cmd = [
-        sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--presets", "rela-g", "--d-model", "32",
-        "--layers", "1", "--heads", "2", "--ffn", "64", "--vocab", "100", "--batch", "4", "--src-len", "6",
-        "--tgt-len", "5", "--decode-batch", "2", "--decode-len", "3", "--repeats", "2", "--output", str(out),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(out.read_text())
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("hf_attn_benchmark_script", ROOT / "scripts" / "benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    threads = torch.get_num_threads()
+    yield module
+    torch.set_num_threads(threads)
+
+
+def run_main(bench, argv):
+    """bench.main in this process (no import per run); it sets the thread count, restored afterwards."""
+    threads = torch.get_num_threads()
+    try:
+        return bench.main(argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+SENTENCE = [*TINY, "--batch", "4", "--src-len", "6", "--tgt-len", "5", "--decode-batch", "2", "--decode-src-len", "5",
+            "--decode-len", "3"]
+LONG = ["--presets", "softmax", "--long", "8,24", "--long-batch", "1", *TINY]
+
+
+@pytest.fixture(scope="module")
+def sentence_json(bench, tmp_path_factory):
+    """Marian, one hf-attn preset beside softmax, peak memory in fresh subprocesses."""
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    run_main(bench, ["--presets", "rela-g", *SENTENCE, "--output", str(out)])
+    return out
+
+
+@pytest.fixture(scope="module")
+def long_json(bench, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "long.json"
+    run_main(bench, [*LONG, "--no-memory", "--output", str(out)])
+    return out
+
+
+def test_sentence_level_both_reference_columns(sentence_json):
+    result = json.loads(sentence_json.read_text())
     rows = {r["preset"]: r for r in result["rows"]}
-    assert list(rows) == ["softmax", "rela-g"]
-    assert rows["softmax"]["train_ratio_vs_softmax"] == 1.0
+    assert list(rows) == ["stock-sdpa", "softmax", "rela-g"]
+    for kind in ("train", "decode"):
+        assert rows["stock-sdpa"][f"{kind}_ratio_vs_stock"] == 1.0
+        assert rows["softmax"][f"{kind}_ratio_vs_softmax"] == 1.0
     for r in rows.values():
-        assert r["train_median_s"] > 0 and r["decode_median_s"] > 0 and r["train_peak_mem_mib"] >= 0
-    assert "| rela-g |" in (tmp_path / "bench.md").read_text()
+        assert r["train_median_s"] > 0 and r["decode_median_s"] > 0 and r["train_peak_mem_mib"] > 0
+        assert r["train_ratio_vs_stock"] > 0 and r["decode_ratio_vs_softmax"] > 0
+    assert result["settings"]["command"].startswith("python scripts/benchmark.py --presets rela-g")
+    table = sentence_json.with_suffix(".md").read_text()
+    assert "| rela-g |" in table and "train vs stock SDPA" in table and "decode vs hf-attn softmax" in table
 
 
-def test_benchmark_rejects_unknown_preset():
+def test_stock_model_holds_the_softmax_weights(bench):
+    """The reference does the same work as hf-attn softmax: same weights, same logits, same beam search (both
+    bases), on a batch with padded rows."""
+    for base in ("marian", "bart"):
+        args = bench.parse_args(["--base", base, *SENTENCE])
+        ours = bench.build(args, "softmax")[0].eval()
+        stock = bench.build_stock(args, ours)[0].eval()
+        assert stock.config._attn_implementation == "sdpa" and type(stock).__name__ in ("MarianMTModel", "BartForConditionalGeneration")
+        batch = bench.make_batch(args, 4, 6, 5)
+        assert (batch["attention_mask"] == 0).any() and (batch["labels"] == -100).any()
+        with torch.no_grad():
+            torch.testing.assert_close(ours(**batch).logits, stock(**batch).logits, rtol=1e-5, atol=1e-5)
+        dec = bench.make_batch(args, 2, 5)
+        assert torch.equal(bench.decode(args, ours, dec), bench.decode(args, stock, dec))
+
+
+def test_bart_base(bench, tmp_path):
+    out = tmp_path / "bart.json"
+    run_main(bench, ["--base", "bart", "--presets", "ran-d", *SENTENCE, "--no-memory", "--output", str(out)])
+    result = json.loads(out.read_text())
+    assert result["settings"]["base"] == "bart"
+    assert [r["preset"] for r in result["rows"]] == ["stock-sdpa", "softmax", "ran-d"]
+    assert all(r["decode_ratio_vs_stock"] > 0 and "train_peak_mem_mib" not in r for r in result["rows"])
+
+
+def test_long_mode_rows_memory_and_plot(long_json):
+    rows = json.loads(long_json.read_text())["long_rows"]
+    assert [(r["length"], r["preset"]) for r in rows] == [
+        (8, "stock-sdpa"), (8, "softmax"), (24, "stock-sdpa"), (24, "softmax")
+    ]
+    for r in rows:
+        assert r["fwd_bwd_median_s"] > 0 and r["tokens_per_s"] > 0 and r["peak_mem_mib"] is None  # --no-memory
+        assert r["fwd_bwd_ratio_vs_stock" if r["preset"] == "stock-sdpa" else "fwd_bwd_ratio_vs_softmax"] == 1.0
+    png = long_json.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| 24 | softmax |" in long_json.with_suffix(".md").read_text()
+
+
+def test_long_mode_memory_in_a_fresh_process(bench):
+    """What --long runs per (model, length) unless --no-memory (one pair here: each process imports torch)."""
+    assert bench.memory_in_subprocess(bench.STOCK, LONG, 24) > 0
+
+
+def test_readme_block_is_replaced_exactly(bench, sentence_json, long_json, tmp_path):
+    readme = tmp_path / "README.md"
+    before, after = "# Title\n\n## Speed\n\nintro\n\n", "\n\n## Next\n\ntext <!-- not a marker -->\n"
+    readme.write_text(before + bench.README_START + "\nold hand-typed table 0.93x\n" + bench.README_END + after)
+    run_main(bench, ["--readme", str(readme), "--from", str(sentence_json), str(long_json)])
+    text = readme.read_text()
+    assert text.startswith(before + bench.README_START + "\n") and text.endswith(bench.README_END + after)
+    block = text[len(before) + len(bench.README_START): -len(bench.README_END + after)]
+    assert "0.93x" not in block and block.count("```bash") == 2
+    assert "| rela-g |" in block and "train vs stock SDPA" in block and "train vs hf-attn softmax" in block
+    assert "| 24 | softmax |" in block
+    # run again: the same block (idempotent, nothing outside it moves)
+    run_main(bench, ["--readme", str(readme), "--from", str(sentence_json), str(long_json)])
+    assert readme.read_text() == text
+
+
+def test_readme_without_markers_is_one_clear_error(bench, sentence_json, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    with pytest.raises(SystemExit, match="no block between <!-- benchmark:start -->"):
+        run_main(bench, ["--readme", str(readme), "--from", str(sentence_json)])
+    assert readme.read_text() == "# no markers\n"
+    with pytest.raises(SystemExit, match="is not a benchmark result"):
+        run_main(bench, ["--readme", str(readme), "--from", str(readme)])
+
+
+def test_project_readme_has_one_generated_block(bench):
+    text = (ROOT / "README.md").read_text()
+    assert text.count(bench.README_START) == 1 and text.count(bench.README_END) == 1
+
+
+def test_rejects_unknown_preset():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--presets", "nope"], capture_output=True, text=True
     )
     assert proc.returncode == 2 and "unknown preset 'nope'" in proc.stderr
 
 
-
-def _load_benchmark():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("hf_attn_benchmark_script", ROOT / "scripts" / "benchmark.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_benchmark_long_mode(tmp_path):
-    """--long in-process (a subprocess per memory run would cost an import each): rows per length and preset."""
-    import torch
-
-    bench = _load_benchmark()
-    out = tmp_path / "long.json"
-    argv = ["--presets", "reluformer", "--long", "8,24", "--long-batch", "1", "--d-model", "16", "--layers", "1",
-            "--heads", "2", "--ffn", "32", "--vocab", "50", "--repeats", "1", "--no-memory", "--output", str(out)]
-    threads = torch.get_num_threads()
-    try:
-        bench.main(argv)
-        args = bench.parse_args([*argv, "--_memory-of", "reluformer", "--_memory-len", "24"])
-        assert bench.long_peak_memory_mb(args) >= 0
-    finally:
-        torch.set_num_threads(threads)
-    rows = json.loads(out.read_text())["long_rows"]
-    assert [(r["length"], r["preset"]) for r in rows] == [
-        (8, "softmax"), (8, "reluformer"), (24, "softmax"), (24, "reluformer")
-    ]
-    for r in rows:
-        assert r["fwd_bwd_median_s"] > 0 and r["tokens_per_s"] > 0
-        if r["preset"] == "softmax":
-            assert r["fwd_bwd_ratio_vs_softmax"] == 1.0
-    assert "| 24 | reluformer |" in (tmp_path / "long.md").read_text()
-
-
-def test_benchmark_long_mode_rejects_bad_lengths(capsys):
-    import pytest
-
-    bench = _load_benchmark()
+def test_rejects_bad_lengths(bench, capsys):
     for bad in ("128,x", "1"):
         with pytest.raises(SystemExit) as e:
             bench.parse_args(["--long", bad])

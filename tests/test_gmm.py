@@ -352,3 +352,39 @@ def test_analysis_errors_are_clear():
         gmm_analysis.gate_values(tiny_model("marian", "gmm-average"), [tiny_batch()])
     with pytest.raises(ValueError, match="labels or decoder_input_ids"):
         gmm_analysis.gmm_parameters(tiny_model("marian", "gmm"), input_ids=tiny_batch()["input_ids"])
+
+
+# ---- decoding: step-independent parts are computed once ------------------------------------------------------------
+def test_source_geometry_is_kept_in_the_decoding_state():
+    """j and J (Eq. 11) depend on the source only: set at the first cached step, read (not recomputed) later."""
+    from transformers.cache_utils import DynamicCache
+
+    from hf_attn.modeling.attention_base import AttentionContext, HfAttnCache
+
+    module = cross(tiny_model("marian", "gmm"))
+    cache = HfAttnCache(DynamicCache(), DynamicCache())
+    real = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool).view(2, 1, 1, 4)
+
+    def geometry(past, mask):
+        ctx = AttentionContext(torch.zeros(2, 1, 32), torch.zeros(2, 4, 32), past, cache, False, None)
+        return module.source_geometry(mask, ctx)
+
+    real_f, length, pos = geometry(0, real)
+    assert length.flatten().tolist() == [3.0, 3.0] and pos[1, 0, 0].tolist() == [-1.0, 0.0, 1.0, 2.0]
+    assert cache.get_state("gmm_source_geometry").shape == (2, 1, 3, 4)
+    later = geometry(1, torch.ones_like(real))  # a later step reads the state of the first one
+    assert all(torch.equal(a, b) for a, b in zip(later, (real_f, length, pos)))
+    assert geometry(0, torch.ones_like(real))[1].flatten().tolist() == [4.0, 4.0]  # a new decode starts afresh
+
+
+def test_ffn_weights_are_kept_without_autograd_until_a_parameter_changes():
+    module = cross(tiny_model("marian", "gmm"))
+    q = torch.randn(2, 4, 1, module.head_dim)
+    with torch.no_grad():
+        first = module.ffn_weights()
+        assert module.ffn_weights() is first
+        before = module.ffn_outputs(q)["gate"]
+        module.gmm_gate.out.bias.add_(1.0)  # an optimiser step changes a parameter in place
+        assert module.ffn_weights() is not first
+        torch.testing.assert_close(module.ffn_outputs(q)["gate"], before + 1.0)
+    assert module.ffn_weights()[0].requires_grad  # with autograd: built from the live parameters

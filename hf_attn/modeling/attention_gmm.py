@@ -253,18 +253,36 @@ class GmmAttention(VariantAttention):
         return torch.softmax(scores, dim=-1)
 
     def ffn_outputs(self, q):
-        """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14); the four hidden layers run as one matmul."""
+        """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14); the FFNs run as two matmuls (`ffn_weights`)."""
+        w1, b1, w2, b2, sizes = self.ffn_weights()
+        out = F.linear(torch.tanh(F.linear(q, w1, b1)), w2, b2).split(sizes, dim=-1)
+        return dict(zip(self.gmm_ffns, out))
+
+    def ffn_weights(self):
+        """(W1, b1, W2, b2, output sizes), float32: the FFNs' hidden layers stacked, their output layers
+        block-diagonal (each output reads its own FFN's hidden units only). Without autograd (decoding) they are
+        built once and kept until a parameter changes, not at every step."""
         ffns = [getattr(self, f"gmm_{name}") for name in self.gmm_ffns]
-        w = torch.cat([f.hidden.weight for f in ffns]).float()
-        b = torch.cat([f.hidden.bias for f in ffns]).float()
-        hidden = torch.tanh(F.linear(q, w, b)).split(self.head_dim, dim=-1)
-        return {n: F.linear(h, f.out.weight.float(), f.out.bias.float()) for n, h, f in zip(self.gmm_ffns, hidden, ffns)}
+        params = [p for f in ffns for p in (f.hidden.weight, f.hidden.bias, f.out.weight, f.out.bias)]
+        key = None
+        if not torch.is_grad_enabled():
+            key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+            cached = self.__dict__.get("_ffn_weights")
+            if cached is not None and cached[0] == key:
+                return cached[1]
+        weights = (
+            torch.cat([f.hidden.weight for f in ffns]).float(),
+            torch.cat([f.hidden.bias for f in ffns]).float(),
+            torch.block_diag(*[f.out.weight for f in ffns]).float(),
+            torch.cat([f.out.bias for f in ffns]).float(),
+            [f.out.out_features for f in ffns],
+        )
+        self.__dict__["_ffn_weights"] = None if key is None else (key, weights)
+        return weights
 
     def mixture_attention(self, raw, real, ctx):
         """beta [B,H,T,S] (Eq. 6, or its Table 1 variants) and the mixture parameters {weights, mu, sigma, J}."""
-        real_f = real.float()
-        length = real_f.sum(-1, keepdim=True)  # J, [B|1, 1, 1, 1]
-        pos = real_f.cumsum(-1) - 1  # 0-based position among the real tokens (skips left padding)
+        real_f, length, pos = self.source_geometry(real, ctx)
         log_w, log_z, mu, precision, sigma = self.mixture_parameters(raw, length, ctx)
         # log of each component at each source position: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2)
         log_coef = log_w - log_z
@@ -274,9 +292,27 @@ class GmmAttention(VariantAttention):
             log_beta = torch.logsumexp(logits, dim=-2).masked_fill(~visible, torch.finfo(logits.dtype).min)
             beta = torch.softmax(log_beta, dim=-1) * visible
         else:
-            beta = torch.exp(logits).sum(-2) * real
+            beta = torch.exp(logits).sum(-2) * real_f
         params = {"weights": log_w.exp(), "mu": mu, "sigma": sigma, "source_length": length.flatten()}
         return beta, params
+
+    def source_geometry(self, real, ctx):
+        """(real tokens as float, J, j): ``[B|1,1,1,S]``, ``[B|1,1,1,1]`` (Eq. 11's J) and the 0-based position of
+        each source token among the real ones (skips left padding), ``[B|1,1,1,S]``.
+
+        They depend on the source only: during cached decoding they are computed at the first step and kept in
+        the decoding state (one entry shared by the GMM layers), not recomputed at every step."""
+        name, cached = "gmm_source_geometry", ctx is not None and ctx.cache is not None
+        geometry = ctx.cache.get_state(name) if cached and ctx.past > 0 else None
+        if geometry is None or geometry.shape[0] != ctx.hidden_states.shape[0] or geometry.shape[-1] != real.shape[-1]:
+            real_f = real.float()
+            length = real_f.sum(-1, keepdim=True)  # J
+            pos = real_f.cumsum(-1) - 1
+            geometry = torch.cat([real_f, pos, length.expand_as(real_f)], dim=-2)  # [B|1, 1, 3, S]
+            if cached:  # per hypothesis (the cache reorders its state with the beams)
+                geometry = geometry.expand(ctx.hidden_states.shape[0], -1, -1, -1)
+                ctx.cache.set_state(name, geometry)
+        return geometry[..., 0:1, :], geometry[..., 2:3, :1], geometry[..., 1:2, :]
 
     def mixture_parameters(self, raw, length, ctx):
         """(log w, log Z, mu, 1/(2 sigma^2), sigma), each [B,H,T,K] (log Z may broadcast), per Table 1, Eq. 10-12."""

@@ -72,7 +72,7 @@ class _EntmaxFamilyAttention(VariantAttention):
         with float32_autocast_off(q):
             scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.scaling
             scores = scores.masked_fill(~keep, MASKED_SCORE)
-            weights = self.normaliser(scores) * keep
+            weights = self.normaliser(scores)  # exactly 0 on the masked keys: no "* keep" needed
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=True)
 
 
