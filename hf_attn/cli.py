@@ -5,6 +5,9 @@
     hf-attn evaluate DIR [--split test | --test_file F]
     hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
     hf-attn push DIR REPO_ID [--private]
+    hf-attn convert SOURCE OUTPUT_DIR [--preset rela-g] [--tokenizer DIR]   (a Marian/BART checkpoint -> hf-attn)
+    hf-attn card DIR [--repo_id user/name]                (write the hf-attn model card, keeping a Trainer's summary)
+    hf-attn metrics [DIR]                                 (sacrebleu/ and chrf/ for evaluate.load("sacrebleu") offline)
     hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
                     [--figures all|rela-aer,gmm-entropy,...] [--rank-null FILE] [--gold-alignments FILE]
                     (the five papers' tables and figures; `hf-attn analyze --help` lists them)
@@ -22,7 +25,8 @@ import argparse
 import os
 import sys
 
-COMMANDS = ("train", "evaluate", "translate", "push", "analyze", "reproduce", "presets", "corpora")
+COMMANDS = ("train", "evaluate", "translate", "push", "convert", "card", "metrics", "analyze", "reproduce", "presets",
+            "corpora")
 
 
 def _usage() -> str:
@@ -175,6 +179,47 @@ def cmd_push(argv) -> int:
     return 0
 
 
+def cmd_convert(argv) -> int:
+    from .training.convert import convert_checkpoint
+
+    ap = argparse.ArgumentParser(prog="hf-attn convert", description="swap a preset's attention into a Marian/BART "
+                                 "checkpoint and save a complete model directory (model, code, tokenizer, card)")
+    ap.add_argument("source", help="a Marian/BART (or hf-attn) model directory or Hub id")
+    ap.add_argument("output_dir", help="a new or empty directory")
+    ap.add_argument("--preset", default="rela-g", help="the attention preset (`hf-attn presets`; default rela-g)")
+    ap.add_argument("--tokenizer", default=None, help="take the tokenizer from here (default: SOURCE)")
+    a = ap.parse_args(argv)
+    out = convert_checkpoint(a.source, a.output_dir, a.preset, tokenizer=a.tokenizer)
+    print(f"converted {a.source} to {a.preset}: {out}")
+    return 0
+
+
+def cmd_card(argv) -> int:
+    from .rundir import check_model_files
+    from .training.cards import write_model_card
+
+    ap = argparse.ArgumentParser(prog="hf-attn card", description="write the hf-attn model card (README.md) of a model "
+                                 "directory; a card transformers' Trainer wrote there is kept as its training section")
+    ap.add_argument("model_dir")
+    ap.add_argument("--repo_id", "--repo-id", default=None, help="the Hub repo the card names (default: the directory)")
+    a = ap.parse_args(argv)
+    check_model_files(a.model_dir)
+    print(f"wrote {write_model_card(a.model_dir, a.repo_id)}")
+    return 0
+
+
+def cmd_metrics(argv) -> int:
+    from .metrics import install_metrics
+
+    ap = argparse.ArgumentParser(prog="hf-attn metrics", description="write sacrebleu/sacrebleu.py and chrf/chrf.py "
+                                 "into DIR: evaluate.load(\"sacrebleu\") run from DIR then loads them, offline")
+    ap.add_argument("directory", nargs="?", default=".")
+    a = ap.parse_args(argv)
+    for path in install_metrics(a.directory):
+        print(f"wrote {path}")
+    return 0
+
+
 def analyze_parser() -> argparse.ArgumentParser:
     from .analysis import figures, report
 
@@ -248,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
               f"valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     handler = {"train": cmd_train, "evaluate": cmd_evaluate, "translate": cmd_translate, "push": cmd_push,
-               "analyze": cmd_analyze, "reproduce": cmd_reproduce, "presets": cmd_presets,
-               "corpora": cmd_corpora}[cmd]
+               "convert": cmd_convert, "card": cmd_card, "metrics": cmd_metrics, "analyze": cmd_analyze,
+               "reproduce": cmd_reproduce, "presets": cmd_presets, "corpora": cmd_corpora}[cmd]
     try:
         return handler(rest)
     except _errors() as e:

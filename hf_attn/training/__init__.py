@@ -1,6 +1,9 @@
-"""Training glue: the Seq2SeqTrainer subclass, metrics, the main job, model cards and Hub upload."""
+"""Training glue: the Seq2SeqTrainer subclass, metrics, the main job, checkpoint conversion, model cards and Hub
+upload."""
 
+from .convert import convert_checkpoint
 from .metrics import Seq2SeqMetrics, score_translations
 from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback, TrainingStepCallback
 
-__all__ = ["HfAttnSeq2SeqTrainer", "Seq2SeqMetrics", "TimeBudgetCallback", "TrainingStepCallback", "score_translations"]
+__all__ = ["HfAttnSeq2SeqTrainer", "Seq2SeqMetrics", "TimeBudgetCallback", "TrainingStepCallback", "convert_checkpoint",
+           "score_translations"]

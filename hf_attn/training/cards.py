@@ -1,4 +1,9 @@
-"""Model cards: `model_cards/<base>.md` templates (``$name`` placeholders, `string.Template`) filled from a run.
+"""Model cards: `model_cards/<base>.md` templates (``$name`` placeholders, `string.Template`) filled from a run, and
+`model_cards/model.md` filled from a model directory alone (a converted checkpoint, or one trained by another script).
+
+transformers' `Trainer.create_model_card` (run at the end of `run_translation.py`, and by `Trainer.push_to_hub`)
+overwrites README.md with its own card; `write_model_card` brings the hf-attn card back and keeps the Trainer's
+summary in it (between ``TRAINER_START`` / ``TRAINER_END``), so running it again changes nothing.
 
 The templates live at the repository top level (`model_cards/`); a copy ships inside the package
 (`hf_attn/training/card_templates/`, kept identical by a test) for installs without the repository.
@@ -7,6 +12,7 @@ The templates live at the repository top level (`model_cards/`); a copy ships in
 from __future__ import annotations
 
 import json
+import re
 import string
 from pathlib import Path
 
@@ -14,7 +20,8 @@ HF_ATTN_URL = "https://github.com/hf-attn/hf-attn"
 
 
 def template_path(base: str) -> Path:
-    name = f"{'bart' if base == 'bart' else 'marian'}.md"
+    """The card template of a run of ``base`` ("marian" / "bart"), or "model" for a directory without a run."""
+    name = f"{base if base in ('bart', 'model') else 'marian'}.md"
     repo_copy = Path(__file__).resolve().parents[2] / "model_cards" / name
     return repo_copy if repo_copy.is_file() else Path(__file__).with_name("card_templates") / name
 
@@ -123,9 +130,125 @@ def render_model_card(run: dict, repo_id: str | None = None) -> str:
     return string.Template(text).safe_substitute(values)
 
 
-def write_model_card(model_dir: str | Path, repo_id: str | None = None) -> Path:
+TRAINER_START, TRAINER_END = "<!-- trainer-card:start -->", "<!-- trainer-card:end -->"
+CONVERTED = "- Converted from "
+
+
+def _demote(markdown: str, levels: int = 2) -> str:
+    """Headings one section deeper, so another card's text sits under a section of this one."""
+    return re.sub(r"^(#{1,6}) ", lambda m: "#" * min(6, len(m.group(1)) + levels) + " ", markdown, flags=re.M)
+
+
+def existing_card(model_dir: Path) -> tuple[str, str | None, str | None]:
+    """(kind, Trainer summary, origin line) of ``model_dir/README.md``; kind: "none", "hf-attn", "trainer" (written
+    by transformers' Trainer) or "other" (someone's own card, never overwritten)."""
+    from huggingface_hub import ModelCard
+
+    readme = model_dir / "README.md"
+    if not readme.is_file():
+        return "none", None, None
+    text = readme.read_text(encoding="utf-8")
+    origin = next((line for line in text.splitlines() if line.startswith(CONVERTED)), None)
+    try:
+        card = ModelCard(text, ignore_metadata_errors=True)
+        tags = list(card.data.tags or [])
+    except ValueError:
+        return "other", None, None
+    if "generated_from_trainer" in tags:
+        return "trainer", _demote(card.text.strip()), origin
+    if "hf-attn" in tags:
+        kept = text.split(TRAINER_START, 1)[1].split(TRAINER_END, 1)[0].strip() if TRAINER_START in text else None
+        return "hf-attn", kept, origin
+    return "other", None, None
+
+
+def _trainer_block(summary: str) -> str:
+    return f"{TRAINER_START}\n{summary}\n{TRAINER_END}"
+
+
+def _param_count(model_dir: Path) -> int | None:
+    from safetensors import safe_open
+
+    path = model_dir / "model.safetensors"
+    if not path.is_file():
+        return None
+    total = 0
+    with safe_open(str(path), "pt") as f:
+        for key in f.keys():
+            n = 1
+            for dim in f.get_slice(key).get_shape():
+                n *= dim
+            total += n
+    return total
+
+
+def render_directory_card(model_dir: Path, repo_id: str | None = None, converted_from: str | None = None,
+                          trainer_summary: str | None = None, origin: str | None = None) -> str:
+    """The README.md of a model directory without an hf-attn run (no results.json), from its config.json."""
+    import torch
+    import transformers
+    from transformers import AutoConfig
+
+    from .. import PRESETS, __version__
+
+    config = AutoConfig.from_pretrained(str(model_dir))
+    base = "bart" if "bart" in config.model_type else "marian"
+    preset = getattr(config, "preset", None) or "custom"
+    p = PRESETS.get(preset)
+    layout = config.attention_layout()
+    if converted_from:
+        origin = (f"{CONVERTED}`{converted_from}` (`hf-attn convert` / `swap_attention`): every weight the two models "
+                  "share copied exactly, the attention's new parameters initialised")
+    if trainer_summary:
+        training = ("Trained with transformers' `Trainer` (e.g. its example script `run_translation.py`); its "
+                    "summary:\n\n" + _trainer_block(trainer_summary))
+    else:
+        training = ("Not trained since the conversion: the new attention parameters are untrained, so fine-tune the "
+                    "model before use." if origin else "No training record in this directory.")
+    values = {
+        "model_name": (repo_id or model_dir.resolve().name).split("/")[-1],
+        "repo_id": repo_id or str(model_dir),
+        "base": base,
+        "base_title": "BART" if base == "bart" else "Marian",
+        "base_class": "BartForConditionalGeneration" if base == "bart" else "MarianMTModel",
+        "model_class": (config.architectures or ["?"])[0],
+        "preset": preset,
+        "preset_description": p.description if p else "attention chosen per site in config.json",
+        "paper": p.paper if p else "see the variants in config.json",
+        "citation": (p.paper if p else "") + "\n\nhf-attn: Hugging Face implementations of NMT attention mechanisms.",
+        "layout": "; ".join(f"{site}: {', '.join(v) if len(set(v)) > 1 else (v[0] if v else '-')}"
+                            for site, v in layout.items()),
+        "params": _fmt_int(_param_count(model_dir)),
+        "origin": (origin or "- Origin: not recorded")[2:],
+        "training": training,
+        "hf_attn_url": HF_ATTN_URL,
+        "hf_attn_version": __version__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__.split("+")[0],
+    }
+    text = template_path("model").read_text(encoding="utf-8")
+    return string.Template(text).safe_substitute(values)
+
+
+def write_model_card(model_dir: str | Path, repo_id: str | None = None, converted_from: str | None = None) -> Path:
+    """Write README.md: the run's card (results.json) or the directory's (config.json), keeping the summary of a
+    Trainer card that replaced an earlier one. Someone's own README.md (neither hf-attn's nor a Trainer's) is an
+    error, never overwritten."""
+    from ..errors import HfAttnInputError
+
     model_dir = Path(model_dir)
-    run = json.loads((model_dir / "results.json").read_text())
+    kind, trainer_summary, origin = existing_card(model_dir)
+    if kind == "other":
+        raise HfAttnInputError(f"{str(model_dir / 'README.md')!r} is neither an hf-attn nor a Trainer model card; "
+                               "move it away to let hf-attn write the card")
     out = model_dir / "README.md"
-    out.write_text(render_model_card(run, repo_id), encoding="utf-8")
+    if (model_dir / "results.json").is_file():
+        run = json.loads((model_dir / "results.json").read_text())
+        text = render_model_card(run, repo_id)
+        if trainer_summary:
+            text = text.rstrip() + ("\n\n## Further training (transformers' Trainer)\n\n"
+                                    + _trainer_block(trainer_summary) + "\n")
+    else:
+        text = render_directory_card(model_dir, repo_id, converted_from, trainer_summary, origin)
+    out.write_text(text, encoding="utf-8")
     return out

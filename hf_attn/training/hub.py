@@ -50,10 +50,11 @@ def push_model_dir(model_dir: str | Path, repo_id: str, private: bool | None = N
     d = check_model_dir(model_dir)
     if "/" not in repo_id and not repo_id.strip():
         raise HfAttnInputError("REPO_ID is empty; give 'user/name'")
-    if write_card and (d / "results.json").is_file():
-        from .cards import write_model_card
+    if write_card:  # also brings the hf-attn card back over one that transformers' Trainer wrote
+        from .cards import existing_card, write_model_card
 
-        write_model_card(d, repo_id)
+        if existing_card(d)[0] != "other":
+            write_model_card(d, repo_id)
     api = HfApi(token=token)
     repo = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     repo_id = getattr(repo, "repo_id", repo_id)

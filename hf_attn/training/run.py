@@ -207,16 +207,9 @@ def _build_model(hargs, targs, last, overrides: dict, tokenizer, base: str):
         if not hargs.init_from:
             embedding_init_std = embedding_std(model.config, hargs.embedding_init_std)
     elif hargs.init_from:
-        from .. import swap_attention
+        from .convert import swapped_model
 
-        try:
-            model = swap_attention(hargs.init_from, hargs.preset, **overrides)
-        except OSError as e:
-            raise HfAttnInputError(f"--init_from {hargs.init_from!r}: cannot load a model there ({str(e).splitlines()[0][:150]}); "
-                                   "give a Marian/BART or hf-attn model directory") from None
-        if model.config.vocab_size < len(tokenizer):
-            raise HfAttnInputError(f"--init_from {hargs.init_from!r}: the model has {model.config.vocab_size} embeddings but "
-                                   f"its tokenizer {len(tokenizer)} tokens; give a directory whose tokenizer matches")
+        model = swapped_model(hargs.init_from, hargs.preset, tokenizer, f"--init_from {hargs.init_from!r}", **overrides)
         base = "bart" if "bart" in model.config.model_type else "marian"
     else:
         kw = {**defaults, **special_token_config(tokenizer, base), **scaled_anneal(hargs.preset, targs.max_steps, overrides),

@@ -108,6 +108,22 @@ def check_train_flags(hargs, targs) -> None:
         raise HfAttnInputError("--num_train_epochs 0: need a number > 0, or give --max_steps N")
     if targs.push_to_hub and not (hargs.hub_repo_id or targs.hub_model_id):
         raise HfAttnInputError("--push_to_hub needs --hub_model_id user/name (the repo to create or update)")
+    check_fsdp_device(targs)
+
+
+def check_fsdp_device(targs) -> None:
+    """FSDP asked for on CPU processes: accelerate builds its FSDP plugin only for GPU-type process groups (its
+    state keeps a CPU group as MULTI_CPU), so `--fsdp` / `accelerate launch --use_fsdp` would train with plain DDP,
+    every process holding the whole model, without a word. One line instead."""
+    wants_fsdp = bool(targs.fsdp) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if wants_fsdp and targs.device.type == "cpu":
+        import accelerate
+
+        raise HfAttnInputError(
+            f"--fsdp: FSDP needs GPU processes; on CPU processes accelerate {accelerate.__version__} leaves FSDP off "
+            "and trains with DDP (every process holds the whole model); drop --fsdp (and accelerate's --use_fsdp) to "
+            "train with DDP on CPU, or launch on GPUs"
+        )
 
 
 def check_model_flags(hargs, overrides: dict, resume: bool) -> None:

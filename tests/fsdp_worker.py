@@ -1,0 +1,57 @@
+"""One process of the two-process FSDP test (tests/test_fsdp.py), launched by `torch.distributed.run` on CPU (gloo).
+
+Shards a tiny hf-attn model with torch's FSDP2 (`fully_shard`), wrapping the layer classes the README's FSDP command
+names, trains it a few AdamW steps on one batch per process, gathers the full state dict and saves it with
+`save_pretrained` (rank 0)."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+from conftest import tiny_batch, tiny_model
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from hf_attn import HfAttnConfigError
+
+STEPS, LR = 3, 0.05  # plain SGD: the weights differ from one process's exactly as the gradients do
+OVERRIDES = {"ran_attention_dropout": 0.0}  # no randomness: the same updates as the one-process reference
+
+
+def main(preset: str, wrap: str, out: str) -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    model = tiny_model("marian", preset, **OVERRIDES).train()
+    wrapped = [m for m in model.modules() if type(m).__name__ in wrap.split(",")]
+    assert wrapped, f"no module of the classes {wrap} in the model"
+    for module in wrapped:
+        fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    batch = tiny_batch(batch=4, seed=rank)  # a different batch on each process
+    for _ in range(STEPS):
+        try:
+            loss = model(**batch).loss
+        except HfAttnConfigError as e:  # a variant that refuses to be sharded: its one line, exit code 3
+            print(f"rank {rank}: HfAttnConfigError: {e}", flush=True)
+            sys.exit(3)
+        loss.backward()  # FSDP averages the gradients over the processes
+        optimizer.step()
+        optimizer.zero_grad()
+        assert torch.isfinite(loss.detach()).all(), float(loss.detach())
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        plain = tiny_model("marian", preset, **OVERRIDES)
+        missing, unexpected = plain.load_state_dict(state, strict=False)
+        assert not unexpected and all("position" in n for n in missing), (missing, unexpected)
+        plain.save_pretrained(out)
+        print(f"saved {len(state)} tensors to {out}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,138 @@
+"""hf-attn models with transformers' example script run_translation.py (README, "Using transformers' example
+scripts"): `hf-attn convert` writes a complete model directory, the script's essential path (tests/
+translation_example.py: stock Seq2SeqTrainer, label smoothing, predict_with_generate, evaluate.load("sacrebleu"))
+trains and scores it offline with hf-attn's metric, and `hf-attn card` brings the hf-attn card back over the one
+the Trainer wrote."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from training_helpers import bible_pairs, offline_env, run_cli, write_jsonl
+
+import hf_attn
+from hf_attn.training.cards import TRAINER_START
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def readme_command() -> list[str]:
+    """The README's run_translation.py command line, as arguments."""
+    block = README.split("## Using transformers' example scripts", 1)[1]
+    cmd = re.search(r"python run_translation.py ((?:.*\\\n)*.*)", block).group(1)  # to the first unbroken line
+    return cmd.replace("\\\n", " ").split()
+
+
+@pytest.fixture(scope="module")
+def converted(trained, tmp_path_factory):
+    out = tmp_path_factory.mktemp("conv") / "rela-g-to-gmm"
+    p = run_cli(["convert", str(trained), str(out), "--preset", "gmm"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    return out
+
+
+def test_convert_writes_a_complete_directory(converted):
+    cfg = json.loads((converted / "config.json").read_text())
+    assert cfg["preset"] == "gmm" and cfg["auto_map"]["AutoModelForSeq2SeqLM"].endswith("HfAttnMarianMTModel")
+    for name in ("model.safetensors", "generation_config.json", "tokenizer_config.json", "modeling_hf_attn.py",
+                 "attention_gmm.py", "README.md"):
+        assert (converted / name).is_file(), name
+    card = (converted / "README.md").read_text()
+    assert "- hf-attn" in card and "- gmm" in card and "Converted from `" in card and "Not trained since" in card
+    assert not re.search(r"\$[a-z_]+", card), re.findall(r"\$[a-z_]+", card)
+
+
+@pytest.mark.parametrize("case", ["not-empty", "no-tokenizer", "no-source"])
+def test_convert_misuse_is_one_line(case, trained, tmp_path):
+    src, out = str(trained), tmp_path / "out"
+    if case == "not-empty":
+        out.mkdir()
+        (out / "x").write_text("x")
+    elif case == "no-tokenizer":
+        src = tmp_path / "bare"
+        src.mkdir()
+        for name in ("config.json", "model.safetensors"):
+            (src / name).write_bytes((trained / name).read_bytes())
+    else:
+        src = str(tmp_path / "missing")
+    p = run_cli(["convert", str(src), str(out), "--preset", "gmm"])
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+    expected = {"not-empty": "exists and is not empty", "no-tokenizer": "give --tokenizer DIR",
+                "no-source": "no such model directory"}[case]
+    assert expected in p.stderr
+
+
+def test_run_translation_path_with_a_converted_model(converted, tmp_path):
+    """The README's command, with a tiny budget, in a fresh process that imports no hf_attn before the metric."""
+    work = tmp_path / "work"
+    work.mkdir()
+    assert run_cli(["metrics", str(work)]).returncode == 0
+    pairs = bible_pairs(48)
+    write_jsonl(work / "train.json", pairs[:32])
+    write_jsonl(work / "valid.json", pairs[32:40])
+    write_jsonl(work / "test.json", pairs[40:48])
+    args = readme_command()
+    args[args.index("--model_name_or_path") + 1] = str(converted)
+    args[args.index("--output_dir") + 1] = "out"
+    tiny = ["--max_steps", "3", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8",
+            "--max_source_length", "64", "--max_target_length", "32", "--save_strategy", "no", "--report_to", "none",
+            "--disable_tqdm", "true", "--use_cpu", "true"]
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "translation_example.py"), *args, *tiny], cwd=work,
+                       env=offline_env(HF_EVALUATE_OFFLINE="1"), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    out = work / "out"
+    results = json.loads((out / "all_results.json").read_text())
+    assert {"eval_bleu", "predict_bleu", "train_loss"} <= set(results), results
+    assert len((out / "generated_predictions.txt").read_text().splitlines()) == 8
+    assert "generated_from_trainer" in (out / "README.md").read_text()  # the Trainer's card replaced ours
+
+    assert run_cli(["card", str(out)]).returncode == 0
+    card = (out / "README.md").read_text()
+    assert "- hf-attn" in card and "- gmm" in card and TRAINER_START in card and "fine-tuned version of" in card
+    assert run_cli(["card", str(out)]).returncode == 0
+    assert (out / "README.md").read_text() == card  # idempotent: the Trainer's summary is kept, not lost
+
+    # the Trainer's output is a complete remote-code directory: it loads where hf_attn cannot be imported
+    load = ("import sys\nclass Block:\n    def find_spec(self, name, *a, **k):\n"
+            "        if name.split('.')[0] == 'hf_attn': raise ImportError('blocked')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n"
+            f"m = AutoModelForSeq2SeqLM.from_pretrained({str(out)!r}, trust_remote_code=True)\n"
+            f"t = AutoTokenizer.from_pretrained({str(out)!r}, trust_remote_code=True)\n"
+            "print(type(m).__name__, m.config.preset)\n")
+    q = subprocess.run([sys.executable, "-c", load], cwd=tmp_path, env=offline_env(PYTHONPATH=""),
+                       capture_output=True, text=True, timeout=300)
+    assert q.returncode == 0 and "HfAttnMarianMTModel gmm" in q.stdout, q.stderr[-3000:]
+
+
+def test_offline_metric_through_evaluate_load_by_name(tmp_path):
+    assert run_cli(["metrics", str(tmp_path)]).returncode == 0
+    code = ("import evaluate\nm = evaluate.load('sacrebleu')\n"
+            "r = m.compute(predictions=['the cat sat on the mat'], references=[['the cat sat on the mat']])\n"
+            "print(round(r['score'], 1), r['signature'])\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=offline_env(HF_EVALUATE_OFFLINE="1"),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("100.0 nrefs:1"), p.stderr[-2000:]
+
+
+def presets_with_an_auxiliary_objective() -> list[str]:
+    """From each variant's `training_objective` hook on each preset's config."""
+    out = []
+    for name in hf_attn.PRESETS:
+        config = hf_attn.HfAttnMarianConfig.from_preset(name)
+        used = {v for layout in config.attention_layout().values() for v in layout}
+        if any(hf_attn.ATTENTION_VARIANTS[v].training_objective(config) for v in used):
+            out.append(name)
+    return out
+
+
+def test_readme_lists_the_presets_that_need_hf_attn_trainer_under_label_smoothing():
+    block = README.split("<!-- aux-objective-presets:start -->", 1)[1].split("<!-- aux-objective-presets:end -->")[0]
+    assert re.findall(r"`([\w-]+)`", block) == presets_with_an_auxiliary_objective()
