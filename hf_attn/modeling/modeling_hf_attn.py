@@ -181,6 +181,12 @@ class HfAttnModelMixin:
         cache = pop_cache(cache, kwargs)  # (``past_key_values`` before transformers 5.24)
         if isinstance(cache, EncoderDecoderCache):  # decoding state lives in the cache
             cache = HfAttnCache.wrap(cache)
+        # generate() with a static cache prepares the masks with our mask function (a KeepMask); transformers passes
+        # only a 4D tensor through as prepared, so hand it the dense form
+        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+            attention_mask = attention_mask.dense()
+        if decoder_attention_mask is not None and not isinstance(decoder_attention_mask, torch.Tensor):
+            decoder_attention_mask = decoder_attention_mask.dense()
         if self.training and torch.is_grad_enabled():
             self._check_training_inputs(labels)
         state = ForwardState(details={} if output_attention_details else None)
