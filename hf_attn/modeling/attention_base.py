@@ -363,6 +363,13 @@ AttentionInterface.register(ATTN_IMPLEMENTATION, hf_attn_attention_forward)
 AttentionMaskInterface.register(ATTN_IMPLEMENTATION, keep_mask_interface)
 
 
+def is_prepared_keep_mask(mask) -> bool:
+    """True for a `KeepMask` built by the mask function, possibly of another copy of this module: a process that
+    imports hf_attn and also loads a model with trust_remote_code holds two, and the mask function registered last
+    under "hf_attn" builds the masks of both (so no ``isinstance(mask, KeepMask)``)."""
+    return mask is not None and not isinstance(mask, torch.Tensor)
+
+
 def keep_from_mask(attention_mask, q_len: int, k_len: int, is_causal: bool) -> KeepMask:
     """Turn whatever mask transformers hands a layer into a `KeepMask` over ``k_len`` keys.
 
@@ -370,9 +377,7 @@ def keep_from_mask(attention_mask, q_len: int, k_len: int, is_causal: bool) -> K
     ``mask > min/2``; ``None`` (sdpa without padding) is all visible, or causal with the cache offset ``S - T`` for
     causal self-attention.
     """
-    # a KeepMask, possibly of another copy of this module: a process that imports hf_attn and also loads a model with
-    # trust_remote_code holds two, and the mask function registered last under "hf_attn" builds the masks of both
-    if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+    if is_prepared_keep_mask(attention_mask):
         return attention_mask.last_keys(k_len)
     if attention_mask is None:
         return KeepMask(q_len, k_len, causal=is_causal, offset=k_len - q_len)

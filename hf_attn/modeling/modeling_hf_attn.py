@@ -30,6 +30,7 @@ from .attention_base import (
     HfAttnConfigError,
     VariantAttention,
     attention_class,
+    is_prepared_keep_mask,
     pop_cache,
 )
 from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
@@ -183,9 +184,9 @@ class HfAttnModelMixin:
             cache = HfAttnCache.wrap(cache)
         # generate() with a static cache prepares the masks with our mask function (a KeepMask); transformers passes
         # only a 4D tensor through as prepared, so hand it the dense form
-        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+        if is_prepared_keep_mask(attention_mask):
             attention_mask = attention_mask.dense()
-        if decoder_attention_mask is not None and not isinstance(decoder_attention_mask, torch.Tensor):
+        if is_prepared_keep_mask(decoder_attention_mask):
             decoder_attention_mask = decoder_attention_mask.dense()
         if self.training and torch.is_grad_enabled():
             self._check_training_inputs(labels)
