@@ -75,6 +75,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention_base import FORWARD_STATE_KWARG, ForwardState, Hyperparameter, Preset, VariantAttention
 from .attention_base import float32_autocast_off, nonempty, source_padding, weighted_values
@@ -343,9 +344,7 @@ def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, st
     """CE_p of the perturbed pass: (label-smoothed mean, plain mean NLL) over the real target tokens.
 
     Decoder and output layer run with frozen theta on the detached encoder output; only phi (W_q, W_k of every
-    layer) is live, so the gradient of CE_p reaches phi alone, through every layer's activations. The decoder's own
-    parameters are frozen around the call, each layer's by `_freeze_theta` (inside the layer call, so a layer that
-    recomputes its forward under gradient checkpointing, or that FSDP gathers only for its call, freezes the same)."""
+    layer) is live, so the gradient of CE_p reaches phi alone, through every layer's activations (`_decoder_pass`)."""
     decoder = model.get_decoder()
     dec_ids, dec_embeds = inputs.get("decoder_input_ids"), inputs.get("decoder_inputs_embeds")
     if dec_ids is None and dec_embeds is None:
@@ -361,9 +360,7 @@ def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, st
         # every calibrated layer uses a_p in this pass; its maps join the caller's details
         FORWARD_STATE_KWARG: ForwardState(details=state.details if state is not None else None, mode="perturbed"),
     }
-    outside_layers = [p for n, p in decoder.named_parameters() if not n.startswith("layers.")]  # embeddings, norms
-    with _frozen(outside_layers):
-        hidden = decoder(**kwargs).last_hidden_state
+    hidden = _decoder_pass(decoder, kwargs)
     head = model.get_output_embeddings()
     logits = F.linear(hidden, _cut(head.weight), None if head.bias is None else _cut(head.bias))
     if getattr(model, "final_logits_bias", None) is not None:
@@ -376,6 +373,31 @@ def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, st
     nll_mean = (nll * valid).sum() / n
     smoothed = ((1 - label_smoothing) * nll + label_smoothing * smooth) * valid
     return smoothed.sum() / n, nll_mean
+
+
+def _decoder_pass(decoder, kwargs: dict) -> torch.Tensor:
+    """The decoder's last hidden state with theta frozen: the decoder's own parameters (embeddings, norms) around
+    the call, each layer's by `_freeze_theta` inside the layer's call (where FSDP has gathered them).
+
+    Under gradient checkpointing a layer recomputes its forward in the backward pass, outside its module hooks and
+    after the parameters have thawed: that recomputation would differ from the pass it replays. So the layers' own
+    checkpointing is off here and the whole pass is checkpointed once, the freezing inside its recomputation too."""
+    layers = [m for m in decoder.modules() if getattr(m, "gradient_checkpointing", False)]
+    outside_layers = [p for n, p in decoder.named_parameters() if not n.startswith("layers.")]
+
+    def run():
+        for m in layers:
+            m.gradient_checkpointing = False
+        try:
+            with _frozen(outside_layers):
+                return decoder(**kwargs).last_hidden_state
+        finally:
+            for m in layers:
+                m.gradient_checkpointing = True
+
+    if layers and decoder.training and torch.is_grad_enabled():
+        return checkpoint(run, use_reentrant=False)
+    return run()
 
 
 def _freeze(params) -> list:
