@@ -397,7 +397,6 @@ def source_padding(keep: torch.Tensor) -> torch.Tensor:
 FORWARD_STATE_KWARG = "hf_attn_state"  # the keyword under which the model hands its ForwardState to every layer
 
 
-@dataclass
 class ForwardState:
     """The extra outputs of one model forward pass, filled by the attention modules.
 
@@ -405,14 +404,19 @@ class ForwardState:
     through the stacks and layers to every attention module); the model-level hooks read it afterwards and the
     results become fields of `HfAttnSeq2SeqLMOutput`. Nothing outlives the call. Modules run outside the model's
     forward (e.g. the encoder inside ``generate``) get none.
+
+    A plain class, not a dataclass or a dict: FSDP rebuilds the dataclasses and dicts among a layer's arguments
+    that hold tensors needing gradients, so the layers after the first would write to copies the model never sees.
     """
 
-    losses: dict = field(default_factory=dict)  # name -> [weighted loss tensors]
-    logs: dict = field(default_factory=dict)  # name -> [scalar tensors], averaged into ``aux_logs``
-    layer_stats: dict = field(default_factory=dict)  # (variant, site, layer) -> statistics for `model_losses`
-    details: dict | None = None  # "site.layer" -> {name: tensor}: the variants' internal maps, when asked for
-    shared: dict = field(default_factory=dict)  # values computed once per pass and read by several layers (RAN)
-    mode: str = "default"  # "perturbed": attention calibration's perturbed decoder pass
+    def __init__(self, details: dict | None = None, mode: str = "default") -> None:
+        self.losses: dict = {}  # name -> [weighted loss tensors]
+        self.logs: dict = {}  # name -> [scalar tensors], averaged into ``aux_logs``
+        self.layer_stats: dict = {}  # (variant, site, layer) -> statistics for `model_losses`
+        self.details = details  # "site.layer" -> {name: tensor}: the variants' internal maps, when asked for
+        self.shared: dict = {}  # values computed once per pass and read by several layers (RAN)
+        self.mode = mode  # "perturbed": attention calibration's perturbed decoder pass
+        self.frozen: dict = {}  # id(layer) -> parameters a hook froze for one layer call
 
     def log(self, name: str, value: torch.Tensor) -> None:
         self.logs.setdefault(name, []).append(value.detach().float())

@@ -35,12 +35,14 @@ The released code needs two backward passes with ``requires_grad`` toggling. Her
 * calibrated pass: the mask reads the live decoder / encoder states with *detached* W_q, W_k, so L_nmt reaches
   theta also through the mask (as in the released code) and never reaches phi;
 * penalty: the same masks recomputed from *detached* states with the live W_q, W_k (phi only);
-* perturbed pass: the decoder and output layer run with detached theta parameters (``torch.func.functional_call``)
-  on the detached encoder output, so CE_p reaches phi (through every layer's activations) and never theta;
+* perturbed pass: the decoder and output layer run with frozen theta parameters (``requires_grad`` off for the
+  call, as the released code toggles it) on the detached encoder output, so CE_p reaches phi (through every
+  layer's activations) and never theta;
 * the bracket has value 0 and the gradient of L_phi, so the reported loss is the translation loss.
 
-Any training loop that calls ``loss.backward()`` once, gradient accumulation, fp16/bf16 autocast and DDP (every
-parameter gets its gradient from the single backward) work unchanged. The perturbed pass needs the targets, so a
+Any training loop that calls ``loss.backward()`` once, gradient accumulation, fp16/bf16 autocast, DDP (every
+parameter gets its gradient from the single backward) and FSDP (the perturbed pass freezes theta inside each layer
+call, where FSDP has gathered the layer's parameters) work unchanged. The perturbed pass needs the targets, so a
 training forward needs ``labels``.
 
 alpha rescaled for a mean-reduced loss. The released criterion is fairseq's: the label-smoothed CE is SUMMED over
@@ -67,7 +69,9 @@ saliency map (small m = decisive source token): ``hf_attn.analysis.calibration``
 
 from __future__ import annotations
 
+import contextlib
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -289,6 +293,13 @@ class CalibratedAttention(VariantAttention):
         return True  # the mask-perturbation objective L_phi (Eq. 5-6)
 
     @classmethod
+    def attach(cls, model):
+        """The decoder layers freeze theta during the perturbed pass (see `perturbed_pass`)."""
+        for layer in model.model.decoder.layers:
+            layer.register_forward_pre_hook(_freeze_theta, with_kwargs=True)
+            layer.register_forward_hook(_thaw_theta, with_kwargs=True, always_call=True)
+
+    @classmethod
     def needs_training_step(cls, config) -> bool:
         return config.calibration_fusion == "anneal"  # Eq. 9: r = exp(-step / T)
 
@@ -332,12 +343,9 @@ def calibrated_modules(model) -> list:
 def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, state: ForwardState | None = None):
     """CE_p of the perturbed pass: (label-smoothed mean, plain mean NLL) over the real target tokens.
 
-    Decoder and output layer run with detached theta parameters on the detached encoder output; only phi (W_q,
-    W_k of every layer) is live, so the gradient of CE_p reaches phi alone, through every layer's activations."""
-    modules = calibrated_modules(model)
+    Decoder and output layer run with frozen theta on the detached encoder output; only phi (W_q, W_k of every
+    layer) is live, so the gradient of CE_p reaches phi alone, through every layer's activations (`_decoder_pass`)."""
     decoder = model.get_decoder()
-    phi = {id(p) for m in modules for p in m.phi_parameters()}
-    params = {n: _cut(p) for n, p in decoder.named_parameters() if id(p) not in phi}
     dec_ids, dec_embeds = inputs.get("decoder_input_ids"), inputs.get("decoder_inputs_embeds")
     if dec_ids is None and dec_embeds is None:
         dec_ids = model.prepare_decoder_input_ids_from_labels(inputs["labels"])
@@ -352,7 +360,7 @@ def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, st
         # every calibrated layer uses a_p in this pass; its maps join the caller's details
         FORWARD_STATE_KWARG: ForwardState(details=state.details if state is not None else None, mode="perturbed"),
     }
-    hidden = _decoder_pass(decoder, params, kwargs)
+    hidden = _decoder_pass(decoder, kwargs)
     head = model.get_output_embeddings()
     logits = F.linear(hidden, _cut(head.weight), None if head.bias is None else _cut(head.bias))
     if getattr(model, "final_logits_bias", None) is not None:
@@ -367,20 +375,22 @@ def perturbed_pass(model, out, inputs, targets, label_smoothing: float = 0.0, st
     return smoothed.sum() / n, nll_mean
 
 
-def _decoder_pass(decoder, params: dict, kwargs: dict) -> torch.Tensor:
-    """The decoder's last hidden state with ``params`` in place of its own (``torch.func.functional_call``).
+def _decoder_pass(decoder, kwargs: dict) -> torch.Tensor:
+    """The decoder's last hidden state with theta frozen: the decoder's own parameters (embeddings, norms) around
+    the call, each layer's by `_freeze_theta` inside the layer's call (where FSDP has gathered them).
 
-    Under gradient checkpointing, a layer recomputes its forward in the backward pass, after functional_call has
-    put the live parameters back: that recomputation would differ from the pass it replays. So the layers'
-    own checkpointing is off here and the whole pass is checkpointed once, its recomputation inside
-    functional_call too (same memory saving)."""
+    Under gradient checkpointing a layer recomputes its forward in the backward pass, outside its module hooks and
+    after the parameters have thawed: that recomputation would differ from the pass it replays. So the layers' own
+    checkpointing is off here and the whole pass is checkpointed once, the freezing inside its recomputation too."""
     layers = [m for m in decoder.modules() if getattr(m, "gradient_checkpointing", False)]
+    outside_layers = [p for n, p in decoder.named_parameters() if not n.startswith("layers.")]
 
     def run():
         for m in layers:
             m.gradient_checkpointing = False
         try:
-            return torch.func.functional_call(decoder, params, (), kwargs).last_hidden_state
+            with _frozen(outside_layers):
+                return decoder(**kwargs).last_hidden_state
         finally:
             for m in layers:
                 m.gradient_checkpointing = True
@@ -388,3 +398,41 @@ def _decoder_pass(decoder, params: dict, kwargs: dict) -> torch.Tensor:
     if layers and decoder.training and torch.is_grad_enabled():
         return checkpoint(run, use_reentrant=False)
     return run()
+
+
+def _freeze(params) -> list:
+    """``requires_grad`` off for those of ``params`` that have it (the released code's toggling); returns them."""
+    frozen = [p for p in params if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    return frozen
+
+
+def _thaw(frozen: list) -> None:
+    for p in frozen:
+        p.requires_grad_(True)
+
+
+@contextlib.contextmanager
+def _frozen(params):
+    frozen = _freeze(params)
+    try:
+        yield
+    finally:
+        _thaw(frozen)
+
+
+def _freeze_theta(layer, args, kwargs):
+    """Forward pre-hook of each decoder layer: in the perturbed pass, the layer's theta parameters are frozen for the
+    call (phi stays live). Under FSDP the layer's parameters exist, gathered, only from this point of its call."""
+    state = kwargs.get(FORWARD_STATE_KWARG)
+    if state is not None and state.mode == "perturbed":
+        phi = {id(p) for m in layer.modules() if isinstance(m, CalibratedAttention) for p in m.phi_parameters()}
+        state.frozen[id(layer)] = _freeze(p for p in layer.parameters() if id(p) not in phi)
+
+
+def _thaw_theta(layer, args, kwargs, output):
+    """Forward hook (also after an exception): what `_freeze_theta` froze trains again."""
+    state = kwargs.get(FORWARD_STATE_KWARG)
+    if state is not None:
+        _thaw(state.frozen.pop(id(layer), []))

@@ -230,8 +230,6 @@ class HfAttnModelMixin:
         error at the first training step (README, "Auxiliary losses. Training with other loops and trainers")."""
         classes = self.variant_classes()
         needs_labels = [c.variant for c in classes if c.training_objective(self.config)]
-        if needs_labels:
-            self._check_not_sharded(needs_labels[0])
         if labels is None and needs_labels:
             raise HfAttnConfigError(
                 f"attention variant {needs_labels[0]!r} adds an auxiliary objective to the training loss, so the model "
@@ -243,21 +241,6 @@ class HfAttnModelMixin:
                 "this model's attention schedule follows the optimiser step (calibration_fusion='anneal'), but "
                 "set_training_step was never called: call model.set_training_step(step) before each step, or add "
                 "hf_attn.training.TrainingStepCallback() to the trainer's callbacks"
-            )
-
-    def _check_not_sharded(self, variant: str) -> None:
-        """An auxiliary objective under FSDP trains with wrong gradients: FSDP gathers a sharded layer's parameters
-        for its backward when the gradient of the layer's output arrives, but the objective's terms (ReLUFormer's
-        per-layer regulariser, calibration's perturbed pass over detached parameters) reach the parameters by other
-        paths (tests/test_fsdp.py sees the layers below the top one barely move). One clear error instead."""
-        fsdp = ("FSDP", "FullyShardedDataParallel")  # FSDP2 renames a sharded module's class FSDP<name>; FSDP1 wraps it
-        sharded = next((type(m).__name__ for m in self.modules() if type(m).__name__.startswith(fsdp)), None)
-        if sharded is not None:
-            raise HfAttnConfigError(
-                f"attention variant {variant!r} adds an auxiliary objective, which FSDP does not train correctly (the "
-                f"model holds {sharded}): its terms reach the layers' parameters outside the layers' outputs, where "
-                "FSDP's sharded backward does not look; train it with DDP (or DeepSpeed ZeRO-1/2), which keep whole "
-                "parameters on every process"
             )
 
     def _model_losses(self, out, inputs: dict, state: ForwardState):
