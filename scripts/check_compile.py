@@ -27,6 +27,7 @@ import argparse
 import copy
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -64,6 +65,7 @@ def parse_args(argv=None):
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="config override for every preset checked, e.g. --set encoder_attention=rela (repeatable; "
                    "the value is read as JSON where it parses, else as a string)")
+    p.add_argument("--checks", default=",".join(CHECKS), help=f"comma list of the checks to run (of {','.join(CHECKS)})")
     p.add_argument("--rtol", type=float, default=1e-4, help="loss and gradients: error / largest eager entry")
     p.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (0: no timings)")
     p.add_argument("--threads", type=int, default=2)
@@ -76,6 +78,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if (args.readme is None) != (args.sources is None):
         p.error("--readme README.md and --from RESULT.json ... go together")
+    args.checks = [c.strip() for c in args.checks.split(",") if c.strip()]
+    if not args.checks or set(args.checks) - set(CHECKS):
+        p.error(f"--checks {','.join(args.checks)!r}: choose among {','.join(CHECKS)}")
     args.overrides = dict(parse_override(p, x) for x in args.overrides)
     names = args.presets.split(",")
     args.presets = sorted(hf_attn.PRESETS) if args.presets == "all" else [x.strip() for x in names if x.strip()]
@@ -237,6 +242,9 @@ def check_preset(args, preset: str) -> dict:
         "updated": lambda m: updated_greedy(m, batch, args.decode_len),
     }
     for check in CHECKS:
+        if check not in args.checks:
+            row[check] = {"status": "skipped"}
+            continue
         try:
             torch.manual_seed(0)
             want = fns[check](eager)
@@ -248,7 +256,7 @@ def check_preset(args, preset: str) -> dict:
         except Exception as e:  # a failure is a result: recorded, and the next check runs
             row[check] = {"status": "error", "reason": first_line(e)}
     row["graph_breaks"] = graph_breaks()
-    if args.repeats and all(row[c]["status"] == "ok" for c in ("train", "beam")):
+    if args.repeats and all(row[c]["status"] == "ok" for c in ("train", "beam")):  # (not timed unless both ran)
         times = {(kind, name): [] for kind in ("train", "beam") for name in ("eager", "compiled")}
         for _ in range(args.repeats):  # interleaved: eager, compiled, eager, ... (shared load cancels in the ratio)
             for name, model in (("eager", eager), ("compiled", compiled)):
@@ -263,16 +271,16 @@ def check_preset(args, preset: str) -> dict:
 
 def status_of(row: dict) -> str:
     states = {row[c]["status"] for c in CHECKS}
-    return "error" if "error" in states else "mismatch" if "mismatch" in states else "ok"
+    return "error" if "error" in states else "mismatch" if "mismatch" in states else "ok" if "ok" in states else "-"
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Main, JSON, README block
 # ---------------------------------------------------------------------------------------------------------------
 def settings(args, argv) -> dict:
-    keep = ("note", "base", "backend", "overrides", "chunk", "d_model", "layers", "heads", "ffn", "vocab", "batch",
-            "src_len", "tgt_len", "decode_len", "beams", "rtol", "repeats", "threads")
-    return {**{k: getattr(args, k) for k in keep}, "command": "python scripts/check_compile.py " + " ".join(argv),
+    keep = ("note", "base", "backend", "checks", "overrides", "chunk", "d_model", "layers", "heads", "ffn", "vocab",
+            "batch", "src_len", "tgt_len", "decode_len", "beams", "rtol", "repeats", "threads")
+    return {**{k: getattr(args, k) for k in keep}, "command": shlex.join(["python", "scripts/check_compile.py", *argv]),
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "cpu_count": os.cpu_count(), "load_average_before": list(os.getloadavg())}
 
@@ -301,7 +309,7 @@ def main(argv=None):
 
 
 def _reason(row: dict) -> str:
-    return "; ".join(f"{c}: {row[c]['reason']}" for c in CHECKS if row[c]["status"] != "ok") or ""
+    return "; ".join(f"{c}: {row[c]['reason']}" for c in CHECKS if "reason" in row[c])
 
 
 def render_table(result: dict, timings: bool) -> str:
