@@ -65,7 +65,7 @@ def parse_args(argv=None):
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="config override for every preset checked, e.g. --set encoder_attention=rela (repeatable; "
                    "the value is read as JSON where it parses, else as a string)")
-    p.add_argument("--checks", default=",".join(CHECKS), help=f"comma list of the checks to run (of {','.join(CHECKS)})")
+    p.add_argument("--checks", default=",".join(CHECKS), help=f"comma list of checks to run (of {','.join(CHECKS)})")
     p.add_argument("--rtol", type=float, default=1e-4, help="loss and gradients: error / largest eager entry")
     p.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (0: no timings)")
     p.add_argument("--threads", type=int, default=2)
