@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -74,6 +76,15 @@ def attention_context(output_attentions: bool = False, **fields):
 
     defaults = dict(hidden_states=None, key_value_states=None, past=0, cache=None, state=None)
     return AttentionContext(output_attentions=output_attentions, **{**defaults, **fields})
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as a module (the scripts are not a package), once per call."""
+    spec = importlib.util.spec_from_file_location(f"hf_attn_script_{name}", Path(__file__).resolve().parents[1]
+                                                  / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ with its plot, and the README block generated from the JSON."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "50", "--repeats", "1"]
@@ -18,9 +18,7 @@ TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vo
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("hf_attn_benchmark_script", ROOT / "scripts" / "benchmark.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmark")
     threads = torch.get_num_threads()
     yield module
     torch.set_num_threads(threads)

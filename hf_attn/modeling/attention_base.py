@@ -218,12 +218,12 @@ class KeepMask:
         """A `KeepMask` holding a dense bool mask ``[B|1, 1|H, T, S]`` as given."""
         return cls(mask.shape[-2], mask.shape[-1], explicit=mask)
 
-    @functools.cached_property
+    @property
     def device(self) -> torch.device:
         held = self.explicit if self.explicit is not None else self.padding
         return held.device if held is not None else torch.device("cpu")
 
-    @functools.cached_property
+    @property
     def all_visible(self) -> bool:
         """True when every query may see every key (no padding; causal only where even the last key is visible)."""
         if self.explicit is not None or self.padding is not None:
@@ -249,16 +249,15 @@ class KeepMask:
         """True when no query of ``q0:q1`` may see any key from ``k0`` on (causal blocks above the diagonal)."""
         return self.explicit is None and self.causal and k0 > q1 - 1 + self.offset
 
-    @functools.cached_property
-    def _dense(self) -> torch.Tensor:
-        mask = self.block(0, self.q_len, 0, self.k_len)
-        if mask is None:
-            return torch.ones(1, 1, self.q_len, self.k_len, dtype=torch.bool, device=self.device)
-        return mask.expand(-1, -1, self.q_len, self.k_len)
-
     def dense(self) -> torch.Tensor:
-        """The bool mask ``[B|1, 1|H, T, S]``, built once (every layer of a stack shares this object)."""
-        return self._dense
+        """The bool mask ``[B|1, 1|H, T, S]``, built once (every layer of a stack shares this object; cached by hand:
+        ``functools.cached_property`` takes a lock on Python < 3.12, which ``torch.compile`` cannot trace)."""
+        if "_dense" not in self.__dict__:
+            mask = self.block(0, self.q_len, 0, self.k_len)
+            if mask is None:
+                mask = torch.ones(1, 1, self.q_len, self.k_len, dtype=torch.bool, device=self.device)
+            object.__setattr__(self, "_dense", mask.expand(-1, -1, self.q_len, self.k_len))
+        return self.__dict__["_dense"]
 
     def visible_keys(self) -> torch.Tensor:
         """n per query, ``[B|1, 1, T, 1]`` (int64): how many keys each query may attend to."""
@@ -303,7 +302,8 @@ def keep_mask_interface(batch_size, q_length, kv_length, q_offset=0, kv_offset=0
         padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
         if padding is not None:
             padding = padding.bool()
-            padding = None if padding.all() else padding
+            if not torch.compiler.is_compiling():  # (a host check: a compiled graph keeps the mask, same result)
+                padding = None if padding.all() else padding
         return KeepMask(q_length, kv_length, padding, mask_function is causal_mask_function, q_offset)
     kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
     kwargs.pop("dtype", None)

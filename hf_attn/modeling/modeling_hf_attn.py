@@ -69,8 +69,8 @@ class HfAttnModelMixin:
     _supports_sdpa = False
     _supports_flash_attn = False
     _supports_flex_attn = False
-    # compiled generation works with graph breaks (transformers' default CompileConfig); some variants read decoding
-    # state on the host (RAN's matrix cache, GMM's synthesis history), so one full graph is not promised
+    # torch.compile works with graph breaks for every preset (scripts/check_compile.py); one full graph is not
+    # promised: RAN and the Synthesizer check the padding on the host, entmax's autograd functions do not inline
     _can_compile_fullgraph = False
 
     def __init__(self, config):
