@@ -281,7 +281,10 @@ def peak_memory_mb(args) -> float:
 def memory_in_subprocess(name, argv, length=None) -> float | None:
     """Peak memory of model `name` measured by a fresh process; None (and a note) if that process fails."""
     cmd = [sys.executable, __file__, *argv, "--_memory-of", name] + (["--_memory-len", str(length)] if length else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    # glibc raises its mmap threshold after each large free (up to 32 MiB), so tensors below it come from the heap,
+    # whose fragmentation counts in the RSS peak: a fixed threshold hands freed tensors back, the peak is live memory
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:  # e.g. out of memory: reported as missing, not a crash of the whole benchmark
         print(f"memory run of {name} (length {length}) failed: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None

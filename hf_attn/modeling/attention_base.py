@@ -260,7 +260,11 @@ class KeepMask:
         return self.__dict__["_dense"]
 
     def visible_keys(self) -> torch.Tensor:
-        """n per query, ``[B|1, 1, T, 1]`` (int64): how many keys each query may attend to."""
+        """n per query, ``[B|1, 1, T, 1]`` (int64): how many keys each query may attend to (built once, as `dense`)."""
+        return self._visible_keys
+
+    @functools.cached_property
+    def _visible_keys(self) -> torch.Tensor:
         if self.explicit is not None:
             return self.explicit.sum(-1, keepdim=True)
         if not self.causal:

@@ -20,6 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention_base import Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off, weighted_values
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
@@ -147,7 +148,9 @@ class RelaAttention(VariantAttention):
                                                  dropout=self.attn_dropout, chunk=self.chunk)
             return out, None
         weights = activate(torch.matmul(q, k.transpose(-1, -2)), self.activation, self.leaky_slope)
-        weights = weights * keep.dense()  # Eq. 3, multiplicative 0/1 mask
+        mask = keep.block(0, q.shape[2], 0, k.shape[2])  # broadcast [B|1, 1, T|1, S]; None when all keys are visible
+        if mask is not None:
+            weights = weights * mask  # Eq. 3, multiplicative 0/1 mask
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=ctx.output_attentions)
 
     def post_merge(self, o):
@@ -155,10 +158,21 @@ class RelaAttention(VariantAttention):
             return o
         with float32_autocast_off(o):
             z = o.float()
-            if self.norm == "rmsnorm":  # Eq. 4
-                y = z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + self.eps) * self.rela_gain.float()
-            else:  # LayerNorm (Table 1 row 8)
-                y = F.layer_norm(z, (z.shape[-1],), self.rela_gain.float(), self.rela_bias.float(), eps=self.eps)
-            if self.gated:  # Eq. 5: the gate reads the un-normalised z
-                y = y * torch.sigmoid(self.rela_gate_weight.float() * z)
+            params = [self.rela_gain.float(), self.rela_bias.float() if self.norm == "layernorm" else None,
+                      self.rela_gate_weight.float() if self.gated else None]
+            if torch.is_grad_enabled() and (z.requires_grad or any(p is not None and p.requires_grad for p in params)):
+                # recomputed in backward: autograd keeps z alone, not the 3-4 [B,T,d] intermediates
+                y = checkpoint(self._norm, z, *params, use_reentrant=False)
+            else:
+                y = self._norm(z, *params)
         return y.to(o.dtype)
+
+    def _norm(self, z, gain, bias, gate_weight):
+        """LN(z) of Eq. 4-5 (float32): RMSNorm (or LayerNorm, Table 1 row 8), then the sigmoid gate if any."""
+        if self.norm == "rmsnorm":  # Eq. 4
+            y = F.rms_norm(z, (z.shape[-1],), gain, eps=self.eps)
+        else:  # LayerNorm (Table 1 row 8)
+            y = F.layer_norm(z, (z.shape[-1],), gain, bias, eps=self.eps)
+        if gate_weight is not None:  # Eq. 5: the gate reads the un-normalised z
+            y = y * torch.sigmoid(gate_weight * z)
+        return y

@@ -48,14 +48,14 @@ def visible_keys(keep) -> torch.Tensor:
 
 
 def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropout=0.0, eps=1e-6,
-                         entropy_bound=0.7, need_weights=False, chunk=0):
+                         entropy_bound=0.7, need_weights=False, chunk=0, stats=True):
     """ReLUFormer attention.
 
     q ``[B,H,T,dh]`` (unscaled), k/v ``[B,H,S,dh]``, keep a `KeepMask`; block-wise over ``chunk`` queries and keys
     for long inputs (`use_blocks`). Returns (context ``[B,H,T,dh]``, weights s ``[B,H,T,S]`` or None, per-row
     statistics): ``{"norm": |log sum s|, "margin": max(H(p) - C, 0), "entropy": H(p), "row_sum": sum s,
     "rows": n > 0}``, float32 ``[B,H,T]`` (bool for rows); a row without any visible key has rows False and zero
-    statistics.
+    statistics. ``stats=False``: no statistics (None), for passes that cannot use L_reg (incremental decoding).
     """
     n = visible_keys(keep)
     nf = n.clamp(min=1).float()
@@ -66,15 +66,21 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     q = q * factor.to(q.dtype)
     weights = None
     if use_blocks(q.shape[2], k.shape[2], chunk, need_weights):
-        ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=True)
+        ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=stats)
     else:
         scores = torch.matmul(q, k.transpose(-1, -2))
+        mask = keep.block(0, q.shape[2], 0, k.shape[2])  # broadcast [B|1, 1, T|1, S]; None when all keys are visible
         with float32_autocast_off(scores):
-            s = F.relu(scores).float() * keep.dense()  # Eq. 5-6: multiplicative 0/1 mask, no -inf anywhere
-            raw_total = s.sum(-1)
-            s_log_s = (s * s.clamp(min=1e-30).log()).sum(-1)
+            s = F.relu(scores).float()
+            if mask is not None:
+                s = s * mask  # Eq. 5-6: multiplicative 0/1 mask, no -inf anywhere
+            if stats:
+                raw_total = s.sum(-1)
+                s_log_s = (s * s.clamp(min=1e-30).log()).sum(-1)
         ctx = torch.matmul(F.dropout(s, p=dropout, training=dropout > 0).to(v.dtype), v)
         weights = s.to(q.dtype) if need_weights else None
+    if not stats:
+        return ctx, weights, None
     return ctx, weights, row_statistics(raw_total, s_log_s, nf.squeeze(-1), n.squeeze(-1) > 0, eps, entropy_bound)
 
 
@@ -155,10 +161,18 @@ class ReluFormerAttention(VariantAttention):
         out, weights, stats = reluformer_attention(
             q, k, v, keep, scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
             eps=self.eps, entropy_bound=self.entropy_bound, need_weights=ctx.output_attentions, chunk=self.query_chunk,
+            stats=self.wants_statistics(ctx),
         )
-        if ctx.state is not None:  # per-row statistics for L_reg (`model_losses`)
+        if stats is not None:  # per-row statistics for L_reg (`model_losses`)
             ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = stats
         return out, weights
+
+    @staticmethod
+    def wants_statistics(ctx) -> bool:
+        """L_reg's statistics are computed for a model forward pass, except during incremental decoding (a cache
+        holding earlier target positions: L_reg of the new position is never used), and not for modules run outside
+        the model's forward (the encoder inside ``generate``: no `ForwardState` to leave them in)."""
+        return ctx.state is not None and not (ctx.cached and ctx.past > 0)
 
     # ---- model-level hooks --------------------------------------------------------------------------------------
     @staticmethod
