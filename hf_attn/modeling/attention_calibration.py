@@ -243,8 +243,9 @@ class CalibratedAttention(VariantAttention):
             a_c = a * torch.exp(1 - m)  # Eq. 7
             w, g = self.fuse(a, a_c, qs, keep)
             if state is not None:
-                maps = {"attention": a, "mask": m, "calibrated": a_c, "combined": w}
-                state.record(self.site, self.layer_idx, {**maps, "gate": None if g is None else g.squeeze(-1)})
+                if state.details is not None:
+                    maps = {"attention": a, "mask": m, "calibrated": a_c, "combined": w}
+                    state.record(self.site, self.layer_idx, {**maps, "gate": None if g is None else g.squeeze(-1)})
                 if training:
                     state.layer_stats[(self.variant, self.site, self.layer_idx)] = self._statistics(x, enc, real, m, g)
                     if self.fusion == "anneal":
