@@ -69,7 +69,7 @@ def test_approximate_normalisation_keeps_the_mixture_mass_near_one():
         "sigma": 3 * torch.randn(*shape[:-1], 4, generator=g),
     }
     real = torch.ones(1, 1, 1, 24, dtype=torch.bool)
-    beta, params = module.mixture_attention(raw, real, None)
+    beta, params = module.mixture_attention(raw, module.source_geometry(real, None), None)
     sums = beta.sum(-1)
     torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=0.03)
     torch.testing.assert_close(params["weights"].sum(-1), torch.ones(shape[:-1]))  # Eq. 10
@@ -369,12 +369,13 @@ def test_source_geometry_is_kept_in_the_decoding_state():
         ctx = AttentionContext(torch.zeros(2, 1, 32), torch.zeros(2, 4, 32), past, cache, False, None)
         return module.source_geometry(mask, ctx)
 
-    real_f, length, pos = geometry(0, real)
-    assert length.flatten().tolist() == [3.0, 3.0] and pos[1, 0, 0].tolist() == [-1.0, 0.0, 1.0, 2.0]
-    assert cache.get_state("gmm_source_geometry").shape == (2, 1, 3, 4)
+    first = geometry(0, real)
+    assert first.length.flatten().tolist() == [3.0, 3.0] and first.pos[1, 0, 0].tolist() == [-1.0, 0.0, 1.0, 2.0]
+    assert first.bias[0, 0, 0, 3] == torch.finfo(torch.float32).min and first.bias[0, 0, 0, :3].eq(0).all()
+    assert cache.get_state("gmm_source_geometry").shape == (2, 1, 6, 4)
     later = geometry(1, torch.ones_like(real))  # a later step reads the state of the first one
-    assert all(torch.equal(a, b) for a, b in zip(later, (real_f, length, pos)))
-    assert geometry(0, torch.ones_like(real))[1].flatten().tolist() == [4.0, 4.0]  # a new decode starts afresh
+    assert all(torch.equal(a, b) for a, b in zip(later, first))
+    assert geometry(0, torch.ones_like(real)).length.flatten().tolist() == [4.0, 4.0]  # a new decode starts afresh
 
 
 def test_ffn_weights_are_kept_without_autograd_until_a_parameter_changes():

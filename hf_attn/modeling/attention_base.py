@@ -350,7 +350,9 @@ def weighted_values(weights, v, dropout: float, training: bool, need_weights: bo
     if weights.dim() == 3:
         weights = weights.unsqueeze(0)
     weights = weights.expand(v.shape[0], v.shape[1], *weights.shape[-2:])
-    ctx = torch.matmul(F.dropout(weights, p=dropout, training=training and dropout > 0), v)
+    if training and dropout > 0:
+        weights = F.dropout(weights, p=dropout, training=True)
+    ctx = torch.matmul(weights, v)
     return ctx, (weights if need_weights else None)
 
 

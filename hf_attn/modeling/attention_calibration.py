@@ -232,7 +232,8 @@ class CalibratedAttention(VariantAttention):
         x, enc, state = ctx.hidden_states, ctx.key_value_states, ctx.state
         with float32_autocast_off(q):
             real = source_padding(keep)  # [B|1, 1, 1, S]
-            scores = torch.matmul(q.float() * self.scaling, k.float().transpose(-1, -2))
+            qs = q.float() * self.scaling  # the scaled query: the scores' and the released gate's input
+            scores = torch.matmul(qs, k.float().transpose(-1, -2))
             scores = scores.masked_fill(~nonempty(keep), torch.finfo(scores.dtype).min)
             a = torch.softmax(scores, dim=-1)  # Eq. 1
             if state is not None and state.mode == "perturbed":
@@ -244,18 +245,19 @@ class CalibratedAttention(VariantAttention):
             training = self.training and torch.is_grad_enabled()
             m = self.perturbation_mask(x, enc, real, "nmt" if training else "live", ctx)
             a_c = a * torch.exp(1 - m)  # Eq. 7
-            w, g = self.fuse(a, a_c, q, keep)
+            w, g = self.fuse(a, a_c, qs, keep)
             if state is not None:
-                maps = {"attention": a, "mask": m, "calibrated": a_c, "combined": w}
-                state.record(self.site, self.layer_idx, {**maps, "gate": None if g is None else g.squeeze(-1)})
+                if state.details is not None:
+                    maps = {"attention": a, "mask": m, "calibrated": a_c, "combined": w}
+                    state.record(self.site, self.layer_idx, {**maps, "gate": None if g is None else g.squeeze(-1)})
                 if training:
                     state.layer_stats[(self.variant, self.site, self.layer_idx)] = self._statistics(x, enc, real, m, g)
                     if self.fusion == "anneal":
                         state.log("calibration_anneal_ratio", self.anneal_ratio())
         return w
 
-    def fuse(self, a, a_c, q, keep):
-        """(a_comb, gate or None), Eq. 8-10."""
+    def fuse(self, a, a_c, qs, keep):
+        """(a_comb, gate or None), Eq. 8-10; ``qs``: the scaled query q / sqrt(dh), float32."""
         if self.fusion == "fixed":  # released code
             return a + self.calibration_lambda * a_c, None
         if self.fusion == "fixed_softmax":  # Eq. 8 as printed, over the real source tokens
@@ -264,8 +266,7 @@ class CalibratedAttention(VariantAttention):
         if self.fusion == "anneal":  # Eq. 9
             r = self.anneal_ratio()
             return r * a + (1 - r) * a_c, None
-        qs = q.float() * self.scaling  # the released gate reads the scaled query of each head
-        if self.gate_per_head:
+        if self.gate_per_head:  # the released gate reads the scaled query of each head
             logit = torch.einsum("bhtd,hd->bht", qs, self.calibration_gate_weight.float())
             logit = (logit + self.calibration_gate_bias.float()[:, None])[..., None]
         else:
@@ -323,10 +324,7 @@ class CalibratedAttention(VariantAttention):
         if "gate_sum" in stats[0]:
             gates = sum((s["gate_sum"] * valid).sum() for s in stats)
             logs["calibration_gate"] = gates / (n_tokens * model.config.decoder_attention_heads * len(stats))
-        logits = out.logits.float()
-        logs["translation_loss"] = F.cross_entropy(
-            logits.detach().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
-        )
+        logs["translation_loss"] = out.loss.detach()  # the base model's cross-entropy of these labels
         smoothed, nll = perturbed_pass(model, out, inputs, targets, model.config.calibration_label_smoothing, state)
         logs["perturbed_loss"] = nll.detach()
         objective = -smoothed + model.config.calibration_alpha * penalty  # Eq. 5

@@ -29,6 +29,7 @@ Variants (config switches; presets below):
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +55,17 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 def _gmm(**extra) -> dict:
     """Preset overrides: GMM cross-attention, softmax self-attention (the paper's setting)."""
     return {"encoder_attention": "softmax", "decoder_attention": "softmax", "cross_attention": "gmm", **extra}
+
+
+class SourceGeometry(NamedTuple):
+    """What Eq. 6 and 11-12 read from the source, ``[B|1, 1, 1, S]`` (``length``, ``length_6``: ``[B|1, 1, 1, 1]``)."""
+
+    real: torch.Tensor  # 1 on real source tokens, 0 on padding
+    pos: torch.Tensor  # j: 0-based position among the real tokens (skips left padding)
+    length: torch.Tensor  # J: number of real tokens (Eq. 11)
+    length_6: torch.Tensor  # J / 6 (Eq. 12)
+    visible: torch.Tensor  # 1 on the keys a row may attend to (every key for an all-padding row: no NaN)
+    bias: torch.Tensor  # 0 on visible keys, the dtype's minimum elsewhere (the dot product's mask, Eq. 1-2)
 
 
 def subset_layers(subset: str, num_layers: int) -> list[int] | None:
@@ -221,34 +233,40 @@ class GmmAttention(VariantAttention):
     # ---- forward ----------------------------------------------------------------------------------------------
     def attend(self, q, k, v, keep, ctx):
         """gamma = fuse(alpha, beta) (Eq. 13); returns (gamma V (Eq. 15), gamma or None)."""
+        details = ctx.state is not None and ctx.state.details is not None
         with float32_autocast_off(q):
             q32 = q.float()
+            geometry = self.source_geometry(keep, ctx)
             alpha = None
             if self.fusion != "gmm_only":
-                alpha = self.dot_product(q32, k.float(), keep)
+                alpha = self.dot_product(q32, k.float(), keep, geometry)
             if self.fusion == "dot":
                 gamma, beta, params = alpha, None, {}
             else:
                 raw = self.ffn_outputs(q32)
-                real = source_padding(keep)  # [B|1, 1, 1, S]
-                beta, params = self.mixture_attention(raw, real, ctx)
+                beta, params = self.mixture_attention(raw, geometry, ctx, details=details)
                 if self.fusion == "gate":
                     g = torch.sigmoid(raw["gate"])  # Eq. 14, [B, H, T, 1]
                     gamma = (1 - g) * alpha + g * beta  # Eq. 13
-                    params["gate"] = g.squeeze(-1)
-                    if ctx.state is not None:
+                    if details:
+                        params["gate"] = g.squeeze(-1)
+                    if ctx.state is not None and ctx.cache is None:  # a training / scoring pass, not a decoding step
                         ctx.state.log(f"gmm_gate_layer{self.layer_idx}", g.mean())
                 elif self.fusion == "average":
                     gamma = 0.5 * (alpha + beta)
                 else:
                     gamma = beta
-        if ctx.state is not None:
+        if details:
             ctx.state.record(self.site, self.layer_idx, {"alpha": alpha, "beta": beta, "gamma": gamma, **params})
         return weighted_values(gamma, v, self.attn_dropout, self.training, ctx.output_attentions)
 
-    def dot_product(self, q, k, keep):
-        """alpha = softmax(q k^T / sqrt(dh)) over the real source tokens (Eq. 1-2), float32."""
+    def dot_product(self, q, k, keep, geometry):
+        """alpha = softmax(q k^T / sqrt(dh)) over the real source tokens (Eq. 1-2), float32. A single query row
+        (a decoding step) takes its mask from the source geometry (adding 0 or the dtype's minimum equals
+        masked_fill with the minimum exactly); several rows use ``keep`` itself (any cross-attention mask)."""
         scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
+        if q.shape[-2] == 1:
+            return torch.softmax(scores + geometry.bias, dim=-1)
         scores = scores.masked_fill(~nonempty(keep), torch.finfo(scores.dtype).min)
         return torch.softmax(scores, dim=-1)
 
@@ -280,43 +298,48 @@ class GmmAttention(VariantAttention):
         self.__dict__["_ffn_weights"] = None if key is None else (key, weights)
         return weights
 
-    def mixture_attention(self, raw, real, ctx):
-        """beta [B,H,T,S] (Eq. 6, or its Table 1 variants) and the mixture parameters {weights, mu, sigma, J}."""
-        real_f, length, pos = self.source_geometry(real, ctx)
-        log_w, log_z, mu, precision, sigma = self.mixture_parameters(raw, length, ctx)
+    def mixture_attention(self, raw, geometry, ctx, details: bool = True):
+        """beta [B,H,T,S] (Eq. 6, or its Table 1 variants) and, with ``details``, the mixture parameters
+        {weights, mu, sigma, J} (else {}: decoding steps skip them)."""
+        log_w, log_z, mu, precision, sigma = self.mixture_parameters(raw, geometry, ctx)
         # log of each component at each source position: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2)
         log_coef = log_w - log_z
-        logits = log_coef[..., None] - precision[..., None] * (pos[..., None, :] - mu[..., None]).square()
+        logits = log_coef[..., None] - precision[..., None] * (geometry.pos[..., None, :] - mu[..., None]).square()
         if self.normalization == "strict":  # beta / sum_j beta (Table 1, "Our Method+Norm.")
-            visible = nonempty(real)
-            log_beta = torch.logsumexp(logits, dim=-2).masked_fill(~visible, torch.finfo(logits.dtype).min)
-            beta = torch.softmax(log_beta, dim=-1) * visible
+            log_beta = torch.logsumexp(logits, dim=-2) + geometry.bias  # = masked_fill(~visible, min), exactly
+            beta = torch.softmax(log_beta, dim=-1) * geometry.visible
         else:
-            beta = torch.exp(logits).sum(-2) * real_f
-        params = {"weights": log_w.exp(), "mu": mu, "sigma": sigma, "source_length": length.flatten()}
-        return beta, params
+            beta = torch.exp(logits).sum(-2) * geometry.real
+        if not details:
+            return beta, {}
+        return beta, {"weights": log_w.exp(), "mu": mu, "sigma": sigma, "source_length": geometry.length.flatten()}
 
-    def source_geometry(self, real, ctx):
-        """(real tokens as float, J, j): ``[B|1,1,1,S]``, ``[B|1,1,1,1]`` (Eq. 11's J) and the 0-based position of
-        each source token among the real ones (skips left padding), ``[B|1,1,1,S]``.
+    def source_geometry(self, keep, ctx) -> SourceGeometry:
+        """The source-side quantities of Eq. 6 and 11-12 (`SourceGeometry`), from the cross-attention mask.
 
         They depend on the source only: during cached decoding they are computed at the first step and kept in
         the decoding state (one entry shared by the GMM layers), not recomputed at every step."""
         name, cached = "gmm_source_geometry", ctx is not None and ctx.cache is not None
+        rows = ctx.hidden_states.shape[0] if cached else None
         geometry = ctx.cache.get_state(name) if cached and ctx.past > 0 else None
-        if geometry is None or geometry.shape[0] != ctx.hidden_states.shape[0] or geometry.shape[-1] != real.shape[-1]:
+        if geometry is None or geometry.shape[0] != rows or geometry.shape[-1] != keep.shape[-1]:
+            real = source_padding(keep)  # [B|1, 1, 1, S]
             real_f = real.float()
             length = real_f.sum(-1, keepdim=True)  # J
             pos = real_f.cumsum(-1) - 1
-            geometry = torch.cat([real_f, pos, length.expand_as(real_f)], dim=-2)  # [B|1, 1, 3, S]
+            visible = nonempty(real).float()
+            bias = (visible - 1) * -torch.finfo(real_f.dtype).min  # 0 on visible keys, the dtype's minimum elsewhere
+            geometry = torch.cat([real_f, pos, length.expand_as(real_f), (length / 6).expand_as(real_f), visible, bias],
+                                 dim=-2)  # [B|1, 1, 6, S]
             if cached:  # per hypothesis (the cache reorders its state with the beams)
-                geometry = geometry.expand(ctx.hidden_states.shape[0], -1, -1, -1)
+                geometry = geometry.expand(rows, -1, -1, -1)
                 ctx.cache.set_state(name, geometry)
-        return geometry[..., 0:1, :], geometry[..., 2:3, :1], geometry[..., 1:2, :]
+        real_f, pos, length, length_6, visible, bias = geometry.split(1, dim=-2)
+        return SourceGeometry(real_f, pos, length[..., :1], length_6[..., :1], visible, bias)
 
-    def mixture_parameters(self, raw, length, ctx):
+    def mixture_parameters(self, raw, geometry, ctx):
         """(log w, log Z, mu, 1/(2 sigma^2), sigma), each [B,H,T,K] (log Z may broadcast), per Table 1, Eq. 10-12."""
-        k, sigma_min = self.num_components, self.sigma_min
+        k, sigma_min, length = self.num_components, self.sigma_min, geometry.length
         shape = (*raw["mean"].shape[:-1], k)
         if self.normalization == "synthesis":  # Graves 2013 (Table 1): Z = 1
             log_w = raw["weight"].clamp(max=SYNTHESIS_MAX_LOG_WEIGHT - math.log(k)).expand(shape)  # w = exp(w_hat)
@@ -331,7 +354,7 @@ class GmmAttention(VariantAttention):
             log_w = torch.log_softmax(raw["weight"], dim=-1).expand(shape)  # Eq. 10
         mu = (length * torch.sigmoid(raw["mean"])).expand(shape)  # Eq. 11
         if self.normalization == "approximate":  # Eq. 12
-            sigma = torch.minimum(length / 6 * torch.sigmoid(raw["sigma"]), torch.minimum(mu, length - mu) / 3)
+            sigma = torch.minimum(geometry.length_6 * torch.sigmoid(raw["sigma"]), torch.minimum(mu, length - mu) / 3)
         else:  # strict (Table 1): sigma = J * sigmoid(sigma_hat)
             sigma = (length * torch.sigmoid(raw["sigma"])).expand(shape)
         sigma = sigma.clamp(min=sigma_min)
