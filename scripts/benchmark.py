@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
 
@@ -319,10 +320,11 @@ def main(argv=None):
     decode_batch = make_batch(args, args.decode_batch, args.decode_src_len)
     kinds = ["train"] + ([] if args.no_decode else ["decode"])
     times = {k: {n: [] for n in models} for k in kinds}
-    for model, opt in models.values():  # warm-up round, not timed
-        train_step(model, opt, train_batch)
+    flops = {k: {} for k in kinds}
+    for name, (model, opt) in models.items():  # warm-up round, not timed: counts the matmul FLOPs instead
+        flops["train"][name] = matmul_flops(train_step, model, opt, train_batch)
         if not args.no_decode:
-            decode(args, model, decode_batch)
+            flops["decode"][name] = matmul_flops(decode, args, model, decode_batch)
     for _ in tqdm(range(args.repeats), desc="interleaved rounds"):
         for name, (model, opt) in models.items():
             times["train"][name].append(timed(args, train_step, model, opt, train_batch))
@@ -336,10 +338,19 @@ def main(argv=None):
             row[f"{kind}_median_s"] = statistics.median(times[kind][name])
             for ref, value in ratios(times[kind], name).items():
                 row[f"{kind}_ratio_vs_{ref}"] = value
+            row[f"{kind}_flop_ratio_vs_stock"] = flops[kind][STOCK] / flops[kind][name]
         if not args.no_memory:
             row["train_peak_mem_mib"] = memory_in_subprocess(name, argv)
         rows.append(row)
     return finish(args, argv, {"rows": rows, "times": times}, render_table(settings(args, argv), rows))
+
+
+def matmul_flops(fn, *a) -> int:
+    """FLOPs of the matrix products (linear, matmul, SDPA) in ``fn(*a)``, counted by torch's FlopCounterMode: the
+    ratio stock / preset is the speed a run bound by these products would reach."""
+    with FlopCounterMode(display=False) as counter:
+        fn(*a)
+    return counter.get_total_flops()
 
 
 def settings(args, argv) -> dict:
@@ -386,18 +397,21 @@ def render_table(s: dict, rows) -> str:
         f"({s['pad_fraction']:.0%} of rows padded); decode {s['decode_batch']} x {s['decode_src_len']} tokens, beam "
         f"{s['beams']}, {s['decode_len']} new tokens; {s['repeats']} interleaved rounds, median of per-round ratios "
         f"t_reference / t_preset (> 1 = faster); reference {STOCK} = stock {s['base']} with attn_implementation="
-        f"\"sdpa\"; {s['device_name']}, {s['threads']} threads, torch {s['torch']}\n"
+        f"\"sdpa\"; {s['device_name']}, {s['threads']} threads, torch {s['torch']}. FLOP bound: the matrix-product "
+        f"FLOPs of stock / of the preset (torch's FlopCounterMode), the ratio a run bound by those products would "
+        f"reach\n"
     )
     cols = ["preset"]
     for kind in kinds:
-        cols += [f"{kind} vs stock SDPA", f"{kind} vs hf-attn softmax", f"{kind} s (median)"]
+        cols += [f"{kind} vs stock SDPA", f"{kind} vs hf-attn softmax", f"{kind} s (median)", f"{kind} FLOP bound"]
     mem = "train_peak_mem_mib" in rows[0]
     cols += ["train peak mem MiB"] if mem else []
     lines = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = [r["preset"]]
         for kind in kinds:
-            cells += [_x(r[f"{kind}_ratio_vs_stock"]), _x(r[f"{kind}_ratio_vs_softmax"]), f"{r[f'{kind}_median_s']:.3f}"]
+            cells += [_x(r[f"{kind}_ratio_vs_stock"]), _x(r[f"{kind}_ratio_vs_softmax"]), f"{r[f'{kind}_median_s']:.3f}",
+                      _x(r.get(f"{kind}_flop_ratio_vs_stock"))]
         cells += [_mib(r["train_peak_mem_mib"])] if mem else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

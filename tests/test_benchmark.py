@@ -63,9 +63,13 @@ def test_sentence_level_both_reference_columns(sentence_json):
     for r in rows.values():
         assert r["train_median_s"] > 0 and r["decode_median_s"] > 0 and r["train_peak_mem_mib"] > 0
         assert r["train_ratio_vs_stock"] > 0 and r["decode_ratio_vs_softmax"] > 0
+        assert 0 < r["train_flop_ratio_vs_stock"] and 0 < r["decode_flop_ratio_vs_stock"]
+    # softmax does stock's matrix products, no more: its FLOP bound is exactly 1
+    assert rows["softmax"]["train_flop_ratio_vs_stock"] == rows["softmax"]["decode_flop_ratio_vs_stock"] == 1.0
     assert result["settings"]["command"].startswith("python scripts/benchmark.py --presets rela-g")
     table = sentence_json.with_suffix(".md").read_text()
     assert "| rela-g |" in table and "train vs stock SDPA" in table and "decode vs hf-attn softmax" in table
+    assert "decode FLOP bound" in table
 
 
 def test_stock_model_holds_the_softmax_weights(bench):
