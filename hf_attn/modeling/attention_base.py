@@ -249,22 +249,28 @@ class KeepMask:
         """True when no query of ``q0:q1`` may see any key from ``k0`` on (causal blocks above the diagonal)."""
         return self.explicit is None and self.causal and k0 > q1 - 1 + self.offset
 
+    def _once(self, name: str, build) -> torch.Tensor:
+        """``build()``, computed on the first call and kept on this (frozen) object; by hand, because
+        ``functools.cached_property`` takes a lock on Python < 3.12, which ``torch.compile`` cannot trace."""
+        if name not in self.__dict__:
+            object.__setattr__(self, name, build())
+        return self.__dict__[name]
+
     def dense(self) -> torch.Tensor:
-        """The bool mask ``[B|1, 1|H, T, S]``, built once (every layer of a stack shares this object; cached by hand:
-        ``functools.cached_property`` takes a lock on Python < 3.12, which ``torch.compile`` cannot trace)."""
-        if "_dense" not in self.__dict__:
-            mask = self.block(0, self.q_len, 0, self.k_len)
-            if mask is None:
-                mask = torch.ones(1, 1, self.q_len, self.k_len, dtype=torch.bool, device=self.device)
-            object.__setattr__(self, "_dense", mask.expand(-1, -1, self.q_len, self.k_len))
-        return self.__dict__["_dense"]
+        """The bool mask ``[B|1, 1|H, T, S]``, built once (every layer of a stack shares this object)."""
+        return self._once("_dense", self._build_dense)
+
+    def _build_dense(self) -> torch.Tensor:
+        mask = self.block(0, self.q_len, 0, self.k_len)
+        if mask is None:
+            mask = torch.ones(1, 1, self.q_len, self.k_len, dtype=torch.bool, device=self.device)
+        return mask.expand(-1, -1, self.q_len, self.k_len)
 
     def visible_keys(self) -> torch.Tensor:
         """n per query, ``[B|1, 1, T, 1]`` (int64): how many keys each query may attend to (built once, as `dense`)."""
-        return self._visible_keys
+        return self._once("_visible_keys", self._build_visible_keys)
 
-    @functools.cached_property
-    def _visible_keys(self) -> torch.Tensor:
+    def _build_visible_keys(self) -> torch.Tensor:
         if self.explicit is not None:
             return self.explicit.sum(-1, keepdim=True)
         if not self.causal:
