@@ -112,3 +112,18 @@ def test_fullgraph_training_step(check, preset):
     model.compile(backend="eager", fullgraph=True)
     got = check.train_step(model, batch)
     assert check.compare_train(want, got, 1e-5)["status"] == "ok"
+
+
+def test_a_later_run_supersedes_an_earlier_runs_rows(check, results, tmp_path):
+    """A re-check after a code change replaces the earlier row of that preset in the README block."""
+    path = results["rela-ran-gmm"]
+    again = json.loads(path.read_text())
+    again["settings"]["note"] = "re-checked"
+    later = tmp_path / "later.json"
+    later.write_text(json.dumps(again))
+    readme = tmp_path / "README.md"
+    readme.write_text(check.README_START + "\n" + check.README_END + "\n")
+    check.main(["--readme", str(readme), "--from", str(path), str(later), "--no-timings"])
+    text = readme.read_text()
+    assert text.count("| gmm-synthesis |") == 1 and "Note: re-checked" in text
+    assert text.count("```bash") == 1  # the earlier run kept no row, so its command is left out too
