@@ -42,7 +42,7 @@ LONG = ["--presets", "softmax", "--long", "8,24", "--long-batch", "1", *TINY]
 def sentence_json(bench, tmp_path_factory):
     """Marian, one hf-attn preset beside softmax, peak memory in fresh subprocesses."""
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    run_main(bench, ["--presets", "rela-g", *SENTENCE, "--output", str(out)])
+    run_main(bench, ["--presets", "rela-g,ran-d", *SENTENCE, "--output", str(out)])
     return out
 
 
@@ -56,7 +56,7 @@ def long_json(bench, tmp_path_factory):
 def test_sentence_level_both_reference_columns(sentence_json):
     result = json.loads(sentence_json.read_text())
     rows = {r["preset"]: r for r in result["rows"]}
-    assert list(rows) == ["stock-sdpa", "softmax", "rela-g"]
+    assert list(rows) == ["stock-sdpa", "softmax", "rela-g", "ran-d"]
     for kind in ("train", "decode"):
         assert rows["stock-sdpa"][f"{kind}_ratio_vs_stock"] == 1.0
         assert rows["softmax"][f"{kind}_ratio_vs_softmax"] == 1.0
@@ -66,7 +66,7 @@ def test_sentence_level_both_reference_columns(sentence_json):
         assert 0 < r["train_flop_ratio_vs_stock"] and 0 < r["decode_flop_ratio_vs_stock"]
     # softmax does stock's matrix products, no more: its FLOP bound is exactly 1
     assert rows["softmax"]["train_flop_ratio_vs_stock"] == rows["softmax"]["decode_flop_ratio_vs_stock"] == 1.0
-    assert result["settings"]["command"].startswith("python scripts/benchmark.py --presets rela-g")
+    assert result["settings"]["command"].startswith("python scripts/benchmark.py --presets rela-g,ran-d")
     table = sentence_json.with_suffix(".md").read_text()
     assert "| rela-g |" in table and "train vs stock SDPA" in table and "decode vs hf-attn softmax" in table
     assert "decode FLOP bound" in table
