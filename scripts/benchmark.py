@@ -501,6 +501,7 @@ def plot_long(rows, path: Path, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     names = list(dict.fromkeys(r["preset"] for r in rows))
     fig, (ax_speed, ax_mem) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -518,6 +519,7 @@ def plot_long(rows, path: Path, title: str) -> None:
                title="peak memory of one forward + backward")
     for ax in (ax_speed, ax_mem):
         ax.set_xticks(sorted({r["length"] for r in rows}), labels=[str(x) for x in sorted({r["length"] for r in rows})])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # the log axis' own labels would overlap
         ax.grid(alpha=0.3)
     ax_speed.legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
