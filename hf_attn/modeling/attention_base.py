@@ -245,6 +245,12 @@ class KeepMask:
             mask = real if mask is None else mask & real
         return mask
 
+    def zero_hidden(self, weights: torch.Tensor) -> torch.Tensor:
+        """``weights`` ``[B, H, T, S]`` times the 0/1 keep mask (a broadcast block; unchanged when every key is
+        visible): the multiplicative masking of the ReLU family."""
+        mask = self.block(0, weights.shape[-2], 0, weights.shape[-1], device=weights.device)
+        return weights if mask is None else weights * mask
+
     def block_hidden(self, q0: int, q1: int, k0: int) -> bool:
         """True when no query of ``q0:q1`` may see any key from ``k0`` on (causal blocks above the diagonal)."""
         return self.explicit is None and self.causal and k0 > q1 - 1 + self.offset

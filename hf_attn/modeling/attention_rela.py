@@ -148,9 +148,7 @@ class RelaAttention(VariantAttention):
                                                  dropout=self.attn_dropout, chunk=self.chunk)
             return out, None
         weights = activate(torch.matmul(q, k.transpose(-1, -2)), self.activation, self.leaky_slope)
-        mask = keep.block(0, q.shape[2], 0, k.shape[2])  # broadcast [B|1, 1, T|1, S]; None when all keys are visible
-        if mask is not None:
-            weights = weights * mask  # Eq. 3, multiplicative 0/1 mask
+        weights = keep.zero_hidden(weights)  # Eq. 3, multiplicative 0/1 mask
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=ctx.output_attentions)
 
     def post_merge(self, o):

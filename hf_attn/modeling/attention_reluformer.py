@@ -69,11 +69,8 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
         ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=stats)
     else:
         scores = torch.matmul(q, k.transpose(-1, -2))
-        mask = keep.block(0, q.shape[2], 0, k.shape[2])  # broadcast [B|1, 1, T|1, S]; None when all keys are visible
         with float32_autocast_off(scores):
-            s = F.relu(scores).float()
-            if mask is not None:
-                s = s * mask  # Eq. 5-6: multiplicative 0/1 mask, no -inf anywhere
+            s = keep.zero_hidden(F.relu(scores).float())  # Eq. 5-6: multiplicative 0/1 mask, no -inf anywhere
             if stats:
                 raw_total = s.sum(-1)
                 s_log_s = (s * s.clamp(min=1e-30).log()).sum(-1)

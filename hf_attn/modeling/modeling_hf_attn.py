@@ -70,7 +70,8 @@ class HfAttnModelMixin:
     _supports_flash_attn = False
     _supports_flex_attn = False
     # torch.compile works with graph breaks for every preset (scripts/check_compile.py); one full graph is not
-    # promised: RAN and the Synthesizer check the padding on the host, entmax's autograd functions do not inline
+    # promised: RAN and the Synthesizer check the padding on the host, entmax's autograd functions do not inline,
+    # attention calibration's training step toggles requires_grad
     _can_compile_fullgraph = False
 
     def __init__(self, config):
