@@ -17,7 +17,7 @@ The model runs under its own attention implementation name, ``"hf_attn"``, regis
 that returns a `KeepMask` (True = may attend): key padding ``[B, S]`` + a causal flag + the query offset, not a dense
 ``[B, 1, T, S]`` tensor (transformers would otherwise hand a custom implementation no mask at all, and SDPA's mask is
 None when nothing is padded). Variants with ``compact_keep = True`` (softmax, the ReLU family) read it through its
-small API (`KeepMask.sdpa_mask`, `block`, `visible_keys`, `dense`); every other variant receives the dense bool
+small API (`KeepMask.sdpa_mask`, `block`, `hidden`, `visible_keys`, `dense`); every other variant receives the dense bool
 ``[B|1, 1, T, S]`` mask, built once per stack.
 """
 
@@ -266,6 +266,17 @@ class KeepMask:
         """The bool mask ``[B|1, 1|H, T, S]``, built once (every layer of a stack shares this object)."""
         return self._once("_dense", self._build_dense)
 
+    def hidden(self) -> torch.Tensor:
+        """True where a score must be filled (bool, broadcastable to ``[B, H, T, S]``, built once): the keys a query
+        may not see, except on a row with no visible key, which sees every key (see `nonempty`)."""
+        return self._once("_hidden", self._build_hidden)
+
+    def _build_hidden(self) -> torch.Tensor:
+        mask = self.block(0, self.q_len, 0, self.k_len)
+        if mask is None:
+            return torch.zeros(1, 1, 1, 1, dtype=torch.bool, device=self.device)
+        return ~nonempty(mask)
+
     def _build_dense(self) -> torch.Tensor:
         mask = self.block(0, self.q_len, 0, self.k_len)
         if mask is None:
@@ -348,9 +359,8 @@ def softmax_attention(q, k, v, keep: KeepMask, scaling, dropout, need_weights):
         ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
                                              scale=scaling)
         return ctx, None
-    visible = nonempty(keep.dense())
     scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
-    scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
+    scores = scores.masked_fill(keep.hidden(), torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     return weighted_values(weights, v, dropout, dropout > 0, need_weights=True)
 

@@ -13,7 +13,6 @@ from .attention_base import (
     VariantAttention,
     all_sites,
     float32_autocast_off,
-    nonempty,
     softmax_attention,
     weighted_values,
 )
@@ -57,22 +56,60 @@ def require_entmax(variant: str):
         )
 
 
+def sparsemax_forward(z: torch.Tensor) -> torch.Tensor:
+    """sparsemax over the last axis by sorting, without autograd (Martins & Astudillo 2016, Prop. 1):
+    k(z) = max{k : 1 + k z_(k) > sum_{j<=k} z_(j)},  tau(z) = (sum_{j<=k(z)} z_(j) - 1) / k(z),  p = [z - tau(z)]_+.
+
+    `entmax.sparsemax` computes the same, through an autograd `Function` and a few more ops; in a decoding step
+    (one query per row, no gradient) those costs are most of the call, so `attend` uses this when nothing needs a
+    gradient. tests/test_core.py checks it against the package."""
+    z_sorted = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
+    cumsum = z_sorted.cumsum(-1) - 1
+    support = (k * z_sorted > cumsum).sum(-1, keepdim=True)
+    return (z - cumsum.gather(-1, support - 1) / support).clamp_min(0)
+
+
+def entmax15_forward(z: torch.Tensor) -> torch.Tensor:
+    """1.5-entmax over the last axis by sorting, without autograd (Peters et al. 2019, Algorithm 2): with
+    z <- (z - max z) / 2 sorted decreasingly, for each k: mean_k, ss_k = k (mean of squares_k - mean_k^2),
+    tau_k = mean_k - sqrt([(1 - ss_k) / k]_+); k* = #{k : tau_k <= z_(k)}; p = [z - tau_k*]_+^2.
+    The same steps as `entmax.entmax15`, forward only (see `sparsemax_forward`)."""
+    z = (z - z.amax(-1, keepdim=True)) / 2
+    z_sorted = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
+    mean = z_sorted.cumsum(-1) / k
+    mean_sq = z_sorted.square().cumsum(-1) / k
+    tau = mean - ((1 - k * (mean_sq - mean.square())) / k).clamp_min(0).sqrt()
+    support = (tau <= z_sorted).sum(-1, keepdim=True)
+    return (z - tau.gather(-1, support - 1)).clamp_min(0).square()
+
+
 class _EntmaxFamilyAttention(VariantAttention):
     """p = normaliser(q k^T / sqrt(dh)) over the visible keys, computed in float32; out = dropout(p) V."""
 
+    compact_keep = True
+
     @staticmethod
     def normaliser(scores: torch.Tensor) -> torch.Tensor:
+        """The differentiable normaliser (the `entmax` package)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def forward_only(scores: torch.Tensor) -> torch.Tensor:
+        """The same values without autograd (decoding, evaluation)."""
         raise NotImplementedError
 
     def setup(self, config):
         require_entmax(self.variant)
 
     def attend(self, q, k, v, keep, ctx):
-        keep = nonempty(keep)  # an all-masked row makes entmax index -1: never feed one
         with float32_autocast_off(q):
             scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.scaling
-            scores = scores.masked_fill(~keep, MASKED_SCORE)
-            weights = self.normaliser(scores)  # exactly 0 on the masked keys: no "* keep" needed
+            if not keep.all_visible:  # a row with no visible key sees all: entmax would index -1 on it
+                scores = scores.masked_fill(keep.hidden(), MASKED_SCORE)
+            normalise = self.normaliser if scores.requires_grad else self.forward_only
+            weights = normalise(scores)  # exactly 0 on the masked keys: no "* keep" needed
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=True)
 
 
@@ -94,6 +131,8 @@ class SparsemaxAttention(_EntmaxFamilyAttention):
     def normaliser(scores):
         return sparsemax(scores, dim=-1)
 
+    forward_only = staticmethod(sparsemax_forward)
+
 
 class Entmax15Attention(_EntmaxFamilyAttention):
     """1.5-entmax(z) = argmax_p p^T z + H^T_1.5(p) (Peters et al. 2019, Eq. 9 with alpha = 1.5)."""
@@ -112,3 +151,5 @@ class Entmax15Attention(_EntmaxFamilyAttention):
     @staticmethod
     def normaliser(scores):
         return entmax15(scores, dim=-1)
+
+    forward_only = staticmethod(entmax15_forward)
