@@ -33,14 +33,16 @@ def activate(x: torch.Tensor, activation: str, slope: float = 0.01) -> torch.Ten
     return F.leaky_relu(x, slope)
 
 
-def activation_grad(x: torch.Tensor, activation: str, slope: float = 0.01) -> torch.Tensor:
-    """d act / dx, as autograd computes it (0 at x = 0 for relu, ``slope`` for leaky_relu)."""
+def activation_backward(grad: torch.Tensor, x: torch.Tensor, a: torch.Tensor, activation: str,
+                        slope: float = 0.01) -> torch.Tensor:
+    """``grad * d act / dx`` in one pass, with the ATen kernels autograd itself uses (0 at x = 0 for relu, ``slope``
+    for leaky_relu). relu reads ``a`` = relu(x), possibly times a 0/1 mask (its gradient is then 0 on hidden keys
+    too); leaky_relu and gelu read ``x``."""
     if activation == "relu":
-        return (x > 0).to(x.dtype)
+        return torch.ops.aten.threshold_backward(grad, a, 0)
     if activation == "leaky_relu":
-        return torch.where(x > 0, 1.0, slope).to(x.dtype)
-    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))  # GELU(x) = x Phi(x): Phi(x) + x phi(x)
-    return cdf + x * torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+        return torch.ops.aten.leaky_relu_backward(grad, x, slope, False)
+    return torch.ops.aten.gelu_backward(grad, x)
 
 
 def use_blocks(q_len: int, k_len: int, chunk: int, need_weights: bool) -> bool:
@@ -86,12 +88,14 @@ class _BlockwiseReluAttention(torch.autograd.Function):
 
     @staticmethod
     def _scores(q, k, keep, q0, q1, k0, k1, opts):
+        """(x = q k^T, a = act(x) * keep, the block's mask or None). relu runs in place (a is x): its backward reads
+        a alone. In place wherever possible: a block is megabytes, and every fresh one is a round trip to the OS."""
         activation, slope, _, _, float32, _, _ = opts
         x = torch.matmul(q[:, :, q0:q1], k[:, :, k0:k1].transpose(-1, -2))
         x = x.float() if float32 and x.dtype in (torch.float16, torch.bfloat16) else x
-        a = activate(x, activation, slope)
+        a = x.relu_() if activation == "relu" else activate(x, activation, slope)
         mask = keep.block(q0, q1, k0, k1, device=q.device)
-        return x, (a if mask is None else a * mask), mask
+        return x, (a if mask is None else a.mul_(mask)), mask
 
     @staticmethod
     def forward(ctx, q, k, v, keep, opts):
@@ -105,7 +109,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
             _, a, _ = _BlockwiseReluAttention._scores(q, k, keep, q0, q1, k0, k1, opts)
             if stats:  # Shen et al. 2023 Eq. 7's row statistics: sums over keys
                 total[:, :, q0:q1] += a.sum(-1)
-                s_log_s[:, :, q0:q1] += (a * a.clamp(min=_TINY).log()).sum(-1)
+                s_log_s[:, :, q0:q1] += a.clamp(min=_TINY).log_().mul_(a).sum(-1)
             if dropout > 0:
                 a = a * _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype)
             out[:, :, q0:q1] += torch.matmul(a.to(v.dtype), v[:, :, k0:k1])
@@ -123,21 +127,23 @@ class _BlockwiseReluAttention(torch.autograd.Function):
         dq, dk, dv = (torch.zeros(x.shape, dtype=wide, device=x.device) for x in (q, k, v))
         for index, q0, q1, k0, k1 in _blocks(keep, q.shape[2], k.shape[2], chunk):
             x, a, mask = _BlockwiseReluAttention._scores(q, k, keep, q0, q1, k0, k1, opts)
-            grad_a = torch.zeros_like(a)
             if grad_out is not None:
                 g = grad_out[:, :, q0:q1]
                 drop = _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else None
                 dropped = a if drop is None else a * drop
                 dv[:, :, k0:k1] += torch.matmul(dropped.to(v.dtype).transpose(-1, -2), g)
-                grad_dropped = torch.matmul(g, v[:, :, k0:k1].transpose(-1, -2)).to(a.dtype)
-                grad_a += grad_dropped if drop is None else grad_dropped * drop
+                grad_a = torch.matmul(g, v[:, :, k0:k1].transpose(-1, -2)).to(a.dtype)
+                if drop is not None:
+                    grad_a.mul_(drop)
+            else:
+                grad_a = torch.zeros_like(a)
             if stats and grad_total is not None:
-                grad_a += grad_total[:, :, q0:q1, None]
+                grad_a.add_(grad_total[:, :, q0:q1, None])
             if stats and grad_s_log_s is not None:  # d(a log max(a, tiny)) / da
-                grad_a += grad_s_log_s[:, :, q0:q1, None] * (a.clamp(min=_TINY).log() + (a > _TINY).to(a.dtype))
-            grad_x = grad_a * activation_grad(x, activation, slope)
-            if mask is not None:
-                grad_x = grad_x * mask
+                grad_a.addcmul_(a.clamp(min=_TINY).log_().add_(a > _TINY), grad_s_log_s[:, :, q0:q1, None])
+            grad_x = activation_backward(grad_a, x, a, activation, slope)
+            if mask is not None and activation != "relu":  # relu: a, hence its gradient, is already 0 there
+                grad_x.mul_(mask)
             grad_x = grad_x.to(q.dtype)
             dq[:, :, q0:q1] += torch.matmul(grad_x, k[:, :, k0:k1])
             dk[:, :, k0:k1] += torch.matmul(grad_x.transpose(-1, -2), q[:, :, q0:q1])
