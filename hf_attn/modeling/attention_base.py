@@ -299,17 +299,17 @@ class KeepMask:
             return (last + 1).view(1, 1, -1, 1)
         return self.padding.long().cumsum(-1)[:, last].view(-1, 1, self.q_len, 1)
 
-    def sdpa_mask(self) -> tuple[torch.Tensor | None, bool]:
+    def sdpa_mask(self, dtype: torch.dtype) -> tuple[torch.Tensor | None, bool]:
         """(attn_mask, is_causal) for `F.scaled_dot_product_attention` in its cheapest form: no mask when all is
-        visible, ``is_causal`` for plain causal self-attention, a broadcast ``[B, 1, 1, S]`` padding mask. A row with
-        no visible key (a fully padded sequence) sees every key instead: no NaN (its output is discarded)."""
+        visible, ``is_causal`` for plain causal self-attention, else an additive ``dtype`` mask (0 / -inf, what SDPA
+        would make of a bool one), broadcast ``[B, 1, 1, S]`` for padding alone, built once for all the layers. A
+        row with no visible key (a fully padded sequence) sees every key instead: no NaN (its output is discarded)."""
         if self.all_visible:
             return None, False
         if self.explicit is None and self.padding is None and self.offset == 0 and self.q_len == self.k_len:
             return None, True
-        if self.explicit is None and not self.causal:
-            return nonempty(self.padding[:, None, None, :]), False
-        return nonempty(self.dense()), False
+        return self._once(f"_sdpa_{dtype}", lambda: torch.zeros(self.hidden().shape, dtype=dtype, device=self.device)
+                          .masked_fill_(self.hidden(), float("-inf"))), False
 
     def last_keys(self, k_len: int) -> KeepMask:
         """The mask restricted to the last ``k_len`` keys (for a mask built over a longer key axis)."""
@@ -355,7 +355,7 @@ def softmax_attention(q, k, v, keep: KeepMask, scaling, dropout, need_weights):
     eager path, with identical math).
     """
     if not need_weights:
-        mask, is_causal = keep.sdpa_mask()
+        mask, is_causal = keep.sdpa_mask(q.dtype)
         ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
                                              scale=scaling)
         return ctx, None
