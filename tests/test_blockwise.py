@@ -48,12 +48,15 @@ def leaves(*shapes, seed=0, dtype=torch.float32):
 @pytest.mark.parametrize("activation", bw.ACTIVATIONS)
 @pytest.mark.parametrize("t,s", [(11, 13), (13, 13), (1, 9), (3, 10)])
 def test_kernel_matches_the_full_computation(activation, t, s):
-    """Values and gradients of q, k, v through the output and both row sums (float64: only the math may differ)."""
+    """Values and gradients of q, k, v through the output and (relu: ReLUFormer's) both row sums (float64: only the
+    math may differ)."""
+    stats = activation == "relu"
     for name, keep in masks(t, s):
         q, k, v = leaves((2, 3, t, 8), (2, 3, s, 8), (2, 3, s, 8), dtype=torch.float64)
         weights = [torch.randn(x.shape, dtype=torch.float64) for x in (q[..., :8], q[..., 0], q[..., 0])]
-        got = bw.blockwise_relu_attention(q, k, v, keep, activation=activation, slope=0.1, chunk=4, stats=True)
+        got = bw.blockwise_relu_attention(q, k, v, keep, activation=activation, slope=0.1, chunk=4, stats=stats)
         want = reference(q, k, v, keep, activation, 0.1)
+        got, want, weights = (x[:3 if stats else 1] for x in (got, want, weights))
         for x, y in zip(got, want):
             torch.testing.assert_close(x, y, **TOL, msg=name)
         got_grads = torch.autograd.grad(sum((o * w).sum() for o, w in zip(got, weights)), (q, k, v))
@@ -61,6 +64,12 @@ def test_kernel_matches_the_full_computation(activation, t, s):
         for x, y in zip(got_grads, want_grads):
             torch.testing.assert_close(x, y, **TOL, msg=name)
             assert torch.isfinite(x).all()
+
+
+def test_row_statistics_need_relu():
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(ValueError, match="need activation='relu', not 'gelu'"):
+        bw.blockwise_relu_attention(q, q, q, KeepMask(3, 3), activation="gelu", chunk=2, stats=True)
 
 
 def _dropout_matrix(seed, p, t, s, chunk):

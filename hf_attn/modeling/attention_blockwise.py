@@ -35,14 +35,14 @@ def activate(x: torch.Tensor, activation: str, slope: float = 0.01) -> torch.Ten
 
 def activation_backward(grad: torch.Tensor, x: torch.Tensor, a: torch.Tensor, activation: str,
                         slope: float = 0.01) -> torch.Tensor:
-    """``grad * d act / dx`` in one pass, with the ATen kernels autograd itself uses (0 at x = 0 for relu, ``slope``
-    for leaky_relu). relu reads ``a`` = relu(x), possibly times a 0/1 mask (its gradient is then 0 on hidden keys
-    too); leaky_relu and gelu read ``x``."""
+    """``grad * d act / dx``, in place on ``grad``, with the ATen kernels autograd itself uses (0 at x = 0 for
+    relu, ``slope`` for leaky_relu). relu reads ``a`` = relu(x), possibly times a 0/1 mask (its gradient is then 0
+    on hidden keys too); leaky_relu and gelu read ``x``."""
     if activation == "relu":
-        return torch.ops.aten.threshold_backward(grad, a, 0)
+        return torch.ops.aten.threshold_backward.grad_input(grad, a, 0, grad_input=grad)
     if activation == "leaky_relu":
-        return torch.ops.aten.leaky_relu_backward(grad, x, slope, False)
-    return torch.ops.aten.gelu_backward(grad, x)
+        return torch.ops.aten.leaky_relu_backward.grad_input(grad, x, slope, False, grad_input=grad)
+    return torch.ops.aten.gelu_backward.grad_input(grad, x, grad_input=grad)
 
 
 def use_blocks(q_len: int, k_len: int, chunk: int, need_weights: bool) -> bool:
@@ -58,6 +58,8 @@ def blockwise_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dr
     autocast too). Returns (context ``[B,H,T,dh]``, row sums or None, row sums of a log a or None): the float32
     ``[B,H,T]`` statistics only with ``stats``.
     """
+    if stats and activation != "relu":
+        raise ValueError(f"the block-wise row statistics (ReLUFormer's L_reg) need activation='relu', not {activation!r}")
     seed = int(torch.randint(0, 2**62, ()).item()) if dropout > 0 else 0
     out, total, s_log_s = _BlockwiseReluAttention.apply(
         q, k, v, keep, (activation, slope, dropout, chunk, float32 or stats, stats, seed)
@@ -107,12 +109,11 @@ class _BlockwiseReluAttention(torch.autograd.Function):
         s_log_s = torch.zeros_like(total)
         for index, q0, q1, k0, k1 in _blocks(keep, t, k.shape[2], chunk):
             _, a, _ = _BlockwiseReluAttention._scores(q, k, keep, q0, q1, k0, k1, opts)
-            if stats:  # Shen et al. 2023 Eq. 7's row statistics: sums over keys
+            dropped = a * _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else a
+            out[:, :, q0:q1] += torch.matmul(dropped.to(v.dtype), v[:, :, k0:k1])
+            if stats:  # Shen et al. 2023 Eq. 7's row statistics, sums over keys: sum_j a_ij, sum_j a_ij log a_ij
                 total[:, :, q0:q1] += a.sum(-1)
-                s_log_s[:, :, q0:q1] += a.clamp(min=_TINY).log_().mul_(a).sum(-1)
-            if dropout > 0:
-                a = a * _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype)
-            out[:, :, q0:q1] += torch.matmul(a.to(v.dtype), v[:, :, k0:k1])
+                s_log_s[:, :, q0:q1] += torch.xlogy(a, a, out=a).sum(-1)  # in place, a is done with; 0 log 0 = 0
         ctx.save_for_backward(q, k, v)
         ctx.keep, ctx.opts = keep, opts
         ctx.set_materialize_grads(False)
@@ -139,8 +140,8 @@ class _BlockwiseReluAttention(torch.autograd.Function):
                 grad_a = torch.zeros_like(a)
             if stats and grad_total is not None:
                 grad_a.add_(grad_total[:, :, q0:q1, None])
-            if stats and grad_s_log_s is not None:  # d(a log max(a, tiny)) / da
-                grad_a.addcmul_(a.clamp(min=_TINY).log_().add_(a > _TINY), grad_s_log_s[:, :, q0:q1, None])
+            if stats and grad_s_log_s is not None:  # d(a log a) / da = log a + 1 (a > 0; relu zeroes the rest)
+                grad_a.addcmul_(a.clamp(min=_TINY).log_().add_(1), grad_s_log_s[:, :, q0:q1, None])
             grad_x = activation_backward(grad_a, x, a, activation, slope)
             if mask is not None and activation != "relu":  # relu: a, hence its gradient, is already 0 there
                 grad_x.mul_(mask)
