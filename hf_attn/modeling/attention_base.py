@@ -7,7 +7,7 @@ keep working.
 
 One forward path for every variant (`VariantAttention.forward`): `project` (q/k/v and the K/V cache, as
 `BartAttention.forward` does it) -> keep mask (`KeepMask`) -> `attend(q, k, v, keep, ctx)` (the paper's math) -> merge
-heads -> `post_merge` -> ``out_proj``. What a variant needs beyond q, k, v and keep comes in a typed
+heads -> `project_out` (``out_proj(post_merge(o))``). What a variant needs beyond q, k, v and keep comes in a typed
 `AttentionContext`: the layer's input states, the query offset during cached decoding, the cache (where decoding
 state lives: `HfAttnCache`) and the forward pass's `ForwardState` (auxiliary losses, values to log, statistics for
 model-level objectives, and the internal maps a caller asked for). Model-level hooks (`attach`, `model_losses`,
@@ -628,6 +628,11 @@ class VariantAttention:
         """Transform the merged heads ``[B,T,d]`` before ``out_proj`` (ReLA's normalisation)."""
         return o
 
+    def project_out(self, o: torch.Tensor) -> torch.Tensor:
+        """The layer's output from the merged heads ``[B,T,d]``: ``out_proj(post_merge(o))``. A variant overrides it
+        to fuse the two in training (ReLA: autograd then keeps o alone, not the normalised output too)."""
+        return self.out_proj(self.post_merge(o))
+
     def set_training_step(self, step: int) -> None:
         """Optimiser-step-driven schedules (attention calibration's annealing); called through the model."""
 
@@ -696,7 +701,7 @@ class VariantAttention:
         )
         out, weights = self.attend(q, k, v, keep, ctx)
         o = out.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
-        return self.out_proj(self.post_merge(o)), weights
+        return self.project_out(o), weights
 
     def extra_repr(self) -> str:
         return f"variant={self.variant}, site={self.site}, layer={self.layer_idx}"

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.autograd.function import once_differentiable
 
 from .attention_base import Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off, weighted_values
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
@@ -154,23 +154,84 @@ class RelaAttention(VariantAttention):
     def post_merge(self, o):
         if self.norm == "none":
             return o
-        with float32_autocast_off(o):
-            z = o.float()
-            params = [self.rela_gain.float(), self.rela_bias.float() if self.norm == "layernorm" else None,
-                      self.rela_gate_weight.float() if self.gated else None]
-            if torch.is_grad_enabled() and (z.requires_grad or any(p is not None and p.requires_grad for p in params)):
-                # recomputed in backward: autograd keeps z alone, not the 3-4 [B,T,d] intermediates
-                y = checkpoint(self._norm, z, *params, use_reentrant=False)
-            else:
-                y = self._norm(z, *params)
-        return y.to(o.dtype)
+        return rela_norm(o, self.norm, self.eps, *self.norm_params())
 
-    def _norm(self, z, gain, bias, gate_weight):
-        """LN(z) of Eq. 4-5 (float32): RMSNorm (or LayerNorm, Table 1 row 8), then the sigmoid gate if any."""
-        if self.norm == "rmsnorm":  # Eq. 4
-            y = F.rms_norm(z, (z.shape[-1],), gain, eps=self.eps)
+    def project_out(self, o):
+        # training: out_proj(LN(o)) as one autograd node that keeps o alone (`NormThenProject`); out_proj wrapped by
+        # something else (an adapter, a hook) keeps its own forward
+        if self.norm == "none" or not torch.is_grad_enabled() or type(self.out_proj) is not nn.Linear:
+            return super().project_out(o)
+        return NormThenProject.apply(o, self.out_proj.weight, self.out_proj.bias, self.norm, self.eps,
+                                     *self.norm_params())
+
+    def norm_params(self):
+        """(gain, LayerNorm bias or None, gate weight or None) of LN (Eq. 4-5)."""
+        return (self.rela_gain, self.rela_bias if self.norm == "layernorm" else None,
+                self.rela_gate_weight if self.gated else None)
+
+
+def rela_norm(o, norm, eps, gain, bias, gate_weight):
+    """LN(o) of Eq. 4-5 over the concatenated heads, computed in float32 (even under autocast), in o's dtype.
+
+    RMSNorm (Eq. 4) or LayerNorm (Table 1 row 8), then the sigmoid gate of ReLA-g (Eq. 5), which reads the
+    un-normalised input.
+    """
+    with float32_autocast_off(o):
+        z = o.float()
+        if norm == "rmsnorm":  # Eq. 4
+            y = F.rms_norm(z, z.shape[-1:], gain.float(), eps=eps)
         else:  # LayerNorm (Table 1 row 8)
-            y = F.layer_norm(z, (z.shape[-1],), gain, bias, eps=self.eps)
-        if gate_weight is not None:  # Eq. 5: the gate reads the un-normalised z
-            y = y * torch.sigmoid(gate_weight * z)
-        return y
+            y = F.layer_norm(z, z.shape[-1:], gain.float(), bias.float(), eps=eps)
+        if gate_weight is not None:  # Eq. 5
+            y = y * torch.sigmoid(gate_weight.float() * z)
+    return y.to(o.dtype)
+
+
+class NormThenProject(torch.autograd.Function):
+    """``out_proj(LN(o))`` (Eq. 3-5) that keeps only o for backward, which recomputes the elementwise LN(o) instead
+    of storing it: one ``[B,T,d]`` tensor per attention site, as much as softmax attention keeps for its out_proj.
+    The matmuls run once each, in the dtype out_proj ran in (autocast's, when on), as nn.Linear's backward does; LN's
+    gradient is written out (torch.compile traces it into one graph, which ``torch.autograd.grad`` would break)."""
+
+    @staticmethod
+    def forward(ctx, o, weight, bias, norm, eps, gain, norm_bias, gate_weight):
+        ctx.norm, ctx.eps = norm, eps
+        ctx.save_for_backward(o, weight, gain, norm_bias, gate_weight)
+        return F.linear(rela_norm(o, norm, eps, gain, norm_bias, gate_weight), weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        o, weight, gain, norm_bias, gate_weight = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        rows = tuple(range(grad.dim() - 1))
+        with float32_autocast_off(o):
+            z, g = o.float(), gain.float()
+            centred = z if ctx.norm == "rmsnorm" else z - z.mean(-1, keepdim=True)
+            r = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + ctx.eps)  # 1 / RMS(z), Eq. 4 (or 1 / std)
+            zhat = centred * r
+            n = zhat * g if norm_bias is None else torch.addcmul(norm_bias.float(), zhat, g)
+            s = None if gate_weight is None else torch.sigmoid(gate_weight.float() * z)  # Eq. 5
+            y = (n if s is None else n * s).to(o.dtype)  # LN(o) as the forward gave it to out_proj
+            grad_weight = None
+            if need[1]:
+                grad_weight = (grad.flatten(0, -2).T @ y.flatten(0, -2).to(grad.dtype)).to(weight.dtype)
+            grad_bias = grad.sum(rows).to(weight.dtype) if need[2] else None
+            gy = (grad @ weight.to(grad.dtype)).to(o.dtype).float()
+            gn = gy if s is None else gy * s
+            grad_gain = (gn * zhat).sum(rows).to(gain.dtype) if need[5] else None
+            grad_norm_bias = gn.sum(rows).to(norm_bias.dtype) if need[6] else None
+            grad_gate = grad_z = None
+            if s is not None:  # y = n * sigmoid(w * z)
+                gate_pre = gy * n * s * (1 - s)
+                grad_gate = (gate_pre * z).sum(rows).to(gate_weight.dtype) if need[7] else None
+                grad_z = gate_pre * gate_weight.float()
+            if need[0]:  # through zhat = centred / RMS(centred)
+                gzhat = gn * g
+                dot = (gzhat * zhat).mean(-1, keepdim=True)
+                if ctx.norm == "layernorm":
+                    gzhat = gzhat - gzhat.mean(-1, keepdim=True)
+                gz = r * (gzhat - zhat * dot)
+                grad_z = gz if grad_z is None else gz + grad_z
+        grad_o = grad_z.to(o.dtype) if need[0] else None
+        return grad_o, grad_weight, grad_bias, None, None, grad_gain, grad_norm_bias, grad_gate
