@@ -273,6 +273,17 @@ def test_every_registered_variant_is_a_mixin():
         assert set(cls.sites) <= {"encoder", "decoder", "cross"}
 
 
+@pytest.mark.parametrize("preset", sorted(hf_attn.PRESETS))
+def test_loading_keeps_every_presets_frozen_weights_frozen(preset, tmp_path):
+    """A resumed run's optimizer must see the trainable parameters of the run that saved it (gmm-only's k_proj once
+    came back trainable, and resuming failed on the optimizer's parameter groups)."""
+    model = tiny_model("marian", preset)
+    frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
+    model.save_pretrained(tmp_path)
+    again = type(model).from_pretrained(tmp_path)
+    assert sorted(n for n, p in again.named_parameters() if not p.requires_grad) == frozen
+
+
 def test_loading_keeps_the_sinusoidal_positions_frozen(tmp_path):
     """transformers' loader swaps in trainable Parameters; fine-tuning or resuming must not train fixed tensors."""
     from transformers import AutoModelForSeq2SeqLM

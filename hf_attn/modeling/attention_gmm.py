@@ -219,7 +219,13 @@ class GmmAttention(VariantAttention):
             for name, n_out in outs.items():
                 setattr(self, f"gmm_{name}", GmmFFN(dh, n_out))
             self.gmm_ffns = tuple(outs)
-        if self.fusion == "gmm_only":  # no dot-product attention: k_proj would get no gradient
+        self.freeze_fixed_weights()
+
+    def freeze_fixed_weights(self) -> None:
+        """gmm_only has no dot-product attention, so k_proj would get no gradient: it stays frozen, also after
+        loading (the model calls this hook after from_pretrained; a resumed run's optimizer must see the same
+        trainable parameters as the run that saved it)."""
+        if self.fusion == "gmm_only":
             self.k_proj.requires_grad_(False)
 
     def init_variant_weights(self, init):
