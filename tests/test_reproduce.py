@@ -6,10 +6,11 @@ import json
 import math
 
 import pytest
+from conftest import PAD, tiny_batch
 from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
 
 from hf_attn.reproduce import report as rep
-from hf_attn.reproduce.runner import RunSpec, matrix
+from hf_attn.reproduce.runner import RunSpec, matrix, variant_figures
 
 pytestmark = pytest.mark.slow
 
@@ -147,3 +148,26 @@ def test_reproduce_with_bart_on_files(tmp_path):
     rec = json.loads(path.read_text())
     assert rec["results"]["base"] == "bart" and rec["results"]["model_class"].endswith("BartForConditionalGeneration")
     assert "## de->en, 2 steps, seed 1, bart" in (out / "REPORT.md").read_text()
+
+
+class _Tokenizer:
+    """Enough of a tokenizer for `variant_figures`: tiny_batch's ids for every call, padded with PAD."""
+
+    pad_token_id = PAD
+
+    def __call__(self, sources, text_target, **kwargs):
+        batch = tiny_batch(batch=len(sources))
+        return {**batch, "labels": batch["labels"].masked_fill(batch["labels"] == -100, PAD)}
+
+
+@pytest.mark.parametrize("preset", ["gmm", "gmm-only", "gmm-average", "calibration-gate", "softmax"])
+def test_variant_figures_for_every_fusion(preset):
+    """A run's analysis gives the gate per layer where the model has one, and no error where it has none
+    (gmm-only, gmm-average: the matrix's gmm-only run once stopped there, after training)."""
+    from conftest import tiny_model
+
+    out = variant_figures(tiny_model("marian", preset), _Tokenizer(), ["a"] * 3, ["b"] * 3)
+    assert ("gmm_gate" in out) == (preset == "gmm")
+    assert ("calibration_mask" in out) == (preset == "calibration-gate")
+    if preset == "gmm":
+        assert all(0 < g < 1 for g in out["gmm_gate"].values())

@@ -174,7 +174,8 @@ def analyse_run(run_dir: Path, sentences: int = 200) -> dict:
 
 
 def variant_figures(model, tokenizer, sources, references, batch_size: int = 16) -> dict:
-    """GMM: mean gate per decoder layer (the mixture's share, Eq. 13). Calibration: the masks' mean, the share of
+    """GMM with the gate (gmm_fusion='gate'; the other fusions have none): mean gate per decoder layer (the
+    mixture's share, Eq. 13). Calibration: the masks' mean, the share of
     source tokens a mask removes (m < 0.5) and the share of the importance 1 - m held by the top 10% of tokens."""
     from ..analysis.calibration import calibration_maps, calibration_modules
     from ..analysis.gmm import gate_values, gmm_modules, mean_gate_per_layer
@@ -187,7 +188,7 @@ def variant_figures(model, tokenizer, sources, references, batch_size: int = 16)
         enc["labels"] = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
         batches.append(enc)
     out = {}
-    if gmm_modules(model):
+    if gmm_modules(model) and model.config.gmm_fusion == "gate":
         gates = mean_gate_per_layer(gate_values(model, batches))
         out["gmm_gate"] = {str(k): round(v, 4) for k, v in gates.items()}
     if calibration_modules(model):
