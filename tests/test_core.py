@@ -294,3 +294,30 @@ def test_loading_keeps_the_sinusoidal_positions_frozen(tmp_path):
     model.save_pretrained(tmp_path)
     for again in (type(model).from_pretrained(tmp_path), AutoModelForSeq2SeqLM.from_pretrained(tmp_path)):
         assert sorted(n for n, p in again.named_parameters() if not p.requires_grad) == frozen
+
+
+def keep_masks(t: int, s: int):
+    """Compact masks of each kind (none, padding, fully padded, causal, causal + padding, cached) and a dense one."""
+    pad = torch.ones(2, s, dtype=torch.bool)
+    pad[1, s - 2:] = False
+    yield KeepMask(t, s)
+    yield KeepMask(t, s, pad)
+    yield KeepMask(t, s, torch.stack([pad[0], torch.zeros(s, dtype=torch.bool)]))
+    yield KeepMask(t, s, causal=True, offset=s - t)
+    yield KeepMask(t, s, pad, causal=True, offset=s - t)
+    yield KeepMask(1, s, pad, causal=True, offset=s - 1)
+    yield KeepMask.from_dense(torch.rand(2, 1, t, s, generator=torch.Generator().manual_seed(0)) > 0.4)
+
+
+@pytest.mark.parametrize("keep", list(keep_masks(4, 6)), ids=lambda m: f"{m.q_len}x{m.k_len}")
+def test_keep_mask_helpers_match_the_dense_mask(keep):
+    """What the variants read from a `KeepMask` equals the dense-mask definitions: fill where no key is visible
+    (except rows with none, which see all), the 0/1 product, and the keys some query sees."""
+    dense = keep.dense()
+    scores = torch.randn(2, 3, keep.q_len, keep.k_len)
+    hidden = ~(dense | ~dense.any(-1, keepdim=True))
+    assert torch.equal(keep.fill_hidden(scores, -1e9), scores.masked_fill(hidden, -1e9))
+    assert torch.equal(keep.zero_hidden(scores), scores * dense)
+    real = keep.real_keys()
+    assert torch.equal(real.expand(2, 1, 1, keep.k_len), dense.any(-2, keepdim=True).expand(2, 1, 1, keep.k_len))
+    assert keep.real_keys() is real  # built once per stack

@@ -15,7 +15,7 @@ from conftest import EOS, PAD, tiny_batch, tiny_config, tiny_model
 
 import hf_attn
 from hf_attn.analysis import gmm as gmm_analysis
-from hf_attn.modeling.attention_base import CACHE_KWARG
+from hf_attn.modeling.attention_base import CACHE_KWARG, KeepMask
 
 GMM_PRESETS = sorted(name for name in hf_attn.PRESETS if name.startswith("gmm"))
 NORMALIZATIONS = ("approximate", "strict", "synthesis")
@@ -68,8 +68,7 @@ def test_approximate_normalisation_keeps_the_mixture_mass_near_one():
         "mean": torch.empty(*shape[:-1], 4).uniform_(-1.1, 1.1, generator=g),  # mu in [0.25 J, 0.75 J]
         "sigma": 3 * torch.randn(*shape[:-1], 4, generator=g),
     }
-    real = torch.ones(1, 1, 1, 24, dtype=torch.bool)
-    beta, params = module.mixture_attention(raw, module.source_geometry(real, None), None)
+    beta, params = module.mixture_attention(raw, module.source_geometry(KeepMask(1, 24), None), None)
     sums = beta.sum(-1)
     torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=0.03)
     torch.testing.assert_close(params["weights"].sum(-1), torch.ones(shape[:-1]))  # Eq. 10
@@ -363,7 +362,7 @@ def test_source_geometry_is_kept_in_the_decoding_state():
 
     module = cross(tiny_model("marian", "gmm"))
     cache = HfAttnCache(DynamicCache(), DynamicCache())
-    real = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool).view(2, 1, 1, 4)
+    real = KeepMask(1, 4, torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool))
 
     def geometry(past, mask):
         ctx = AttentionContext(torch.zeros(2, 1, 32), torch.zeros(2, 4, 32), past, cache, False, None)
@@ -373,9 +372,9 @@ def test_source_geometry_is_kept_in_the_decoding_state():
     assert first.length.flatten().tolist() == [3.0, 3.0] and first.pos[1, 0, 0].tolist() == [-1.0, 0.0, 1.0, 2.0]
     assert first.bias[0, 0, 0, 3] == torch.finfo(torch.float32).min and first.bias[0, 0, 0, :3].eq(0).all()
     assert cache.get_state("gmm_source_geometry").shape == (2, 1, 6, 4)
-    later = geometry(1, torch.ones_like(real))  # a later step reads the state of the first one
+    later = geometry(1, KeepMask(1, 4))  # a later step reads the state of the first one
     assert all(torch.equal(a, b) for a, b in zip(later, first))
-    assert geometry(0, torch.ones_like(real)).length.flatten().tolist() == [4.0, 4.0]  # a new decode starts afresh
+    assert geometry(0, KeepMask(1, 4)).length.flatten().tolist() == [4.0, 4.0]  # a new decode starts afresh
 
 
 def test_ffn_weights_are_kept_without_autograd_until_a_parameter_changes():

@@ -16,9 +16,9 @@ model-level objectives, and the internal maps a caller asked for). Model-level h
 The model runs under its own attention implementation name, ``"hf_attn"``, registered here with a mask function
 that returns a `KeepMask` (True = may attend): key padding ``[B, S]`` + a causal flag + the query offset, not a dense
 ``[B, 1, T, S]`` tensor (transformers would otherwise hand a custom implementation no mask at all, and SDPA's mask is
-None when nothing is padded). Variants with ``compact_keep = True`` (softmax, the ReLU family) read it through its
-small API (`KeepMask.sdpa_mask`, `block`, `hidden`, `visible_keys`, `dense`); every other variant receives the dense bool
-``[B|1, 1, T, S]`` mask, built once per stack.
+None when nothing is padded). Every variant's ``attend`` reads it through its small API (`KeepMask.sdpa_mask`,
+`fill_hidden`, `zero_hidden`, `block`, `real_keys`, `visible_keys`, `dense`); what it builds (the dense bool
+``[B|1, 1, T, S]`` mask, the fill mask, the SDPA mask) is built once per stack and shared by its layers.
 """
 
 from __future__ import annotations
@@ -251,6 +251,26 @@ class KeepMask:
         mask = self.block(0, weights.shape[-2], 0, weights.shape[-1], device=weights.device)
         return weights if mask is None else weights * mask
 
+    def fill_hidden(self, scores: torch.Tensor, value: float) -> torch.Tensor:
+        """``scores`` ``[.., T, S]`` with ``value`` where a key is hidden (`hidden`); unchanged (no op at all) when
+        every key is visible: the additive-style masking of the softmax family."""
+        return scores if self.all_visible else scores.masked_fill(self.hidden(), value)
+
+    def real_keys(self) -> torch.Tensor:
+        """True on the keys some query may attend to (bool ``[B|1, 1|H, 1, S]``, built once): a cross-attention
+        mask's source padding."""
+        return self._once("_real_keys", self._build_real_keys)
+
+    def _build_real_keys(self) -> torch.Tensor:
+        if self.explicit is None and not self.causal:
+            if self.padding is None:
+                return torch.ones(1, 1, 1, self.k_len, dtype=torch.bool, device=self.device)
+            return self.padding[:, None, None, :]
+        mask = self.block(0, self.q_len, 0, self.k_len)
+        if mask is None:
+            return torch.ones(1, 1, 1, self.k_len, dtype=torch.bool, device=self.device)
+        return mask.any(dim=-2, keepdim=True)
+
     def block_hidden(self, q0: int, q1: int, k0: int) -> bool:
         """True when no query of ``q0:q1`` may see any key from ``k0`` on (causal blocks above the diagonal)."""
         return self.explicit is None and self.causal and k0 > q1 - 1 + self.offset
@@ -308,8 +328,11 @@ class KeepMask:
             return None, False
         if self.explicit is None and self.padding is None and self.offset == 0 and self.q_len == self.k_len:
             return None, True
-        return self._once(f"_sdpa_{dtype}", lambda: torch.zeros(self.hidden().shape, dtype=dtype, device=self.device)
-                          .masked_fill_(self.hidden(), float("-inf"))), False
+        return self._once(f"_sdpa_{dtype}", lambda: self._build_sdpa(dtype)), False
+
+    def _build_sdpa(self, dtype: torch.dtype) -> torch.Tensor:
+        hidden = self.hidden()
+        return torch.zeros(hidden.shape, dtype=dtype, device=self.device).masked_fill_(hidden, float("-inf"))
 
     def last_keys(self, k_len: int) -> KeepMask:
         """The mask restricted to the last ``k_len`` keys (for a mask built over a longer key axis)."""
@@ -360,7 +383,7 @@ def softmax_attention(q, k, v, keep: KeepMask, scaling, dropout, need_weights):
                                              scale=scaling)
         return ctx, None
     scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
-    scores = scores.masked_fill(keep.hidden(), torch.finfo(scores.dtype).min)
+    scores = keep.fill_hidden(scores, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     return weighted_values(weights, v, dropout, dropout > 0, need_weights=True)
 
@@ -412,11 +435,6 @@ def keep_from_mask(attention_mask, q_len: int, k_len: int, is_causal: bool) -> K
     if attention_mask.dtype != torch.bool:
         attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2
     return KeepMask.from_dense(attention_mask[..., -k_len:])
-
-
-def source_padding(keep: torch.Tensor) -> torch.Tensor:
-    """Key-padding mask ``[B, 1, 1, S]`` (True = real token) from a cross-attention keep mask."""
-    return keep.any(dim=-2, keepdim=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -587,8 +605,6 @@ class VariantAttention:
     presets: tuple[Preset, ...] = ()
     # False: the weights depend on positions only; no q/k projections, zeros for keys in the cache (`project`)
     uses_keys: bool = True
-    # True: `attend` receives the compact `KeepMask` (padding + causality); False: the dense bool tensor
-    compact_keep: bool = False
 
     def __init__(self, *args, site: str = "encoder", **kwargs):
         super().__init__(*args, **kwargs)
@@ -620,7 +636,7 @@ class VariantAttention:
 
     def attend(self, q, k, v, keep, ctx: AttentionContext):
         """The variant's math. q ``[B,H,T,dh]`` (unscaled; None when not `uses_keys`), k ``[B,H,S,dh]`` (or None),
-        v ``[B,H,S,dh]``, keep bool ``[B|1,1|H,T,S]`` (a `KeepMask` when `compact_keep`). Returns (context ``[B,H,T,dh]``, weights ``[B,H,T,S]`` or
+        v ``[B,H,S,dh]``, keep the `KeepMask` (``keep.dense()``: the bool ``[B|1,1|H,T,S]``). Returns (context ``[B,H,T,dh]``, weights ``[B,H,T,S]`` or
         None: the weights only when ``ctx.output_attentions``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement attend(q, k, v, keep, ctx)")
 
@@ -679,9 +695,8 @@ class VariantAttention:
         return q, k, v
 
     def keep_mask(self, attention_mask, q_len, k_len):
-        """The `KeepMask` of this call; the dense bool tensor unless the variant reads the compact form."""
-        keep = keep_from_mask(attention_mask, q_len, k_len, self.is_causal and self.site == "decoder")
-        return keep if self.compact_keep else keep.dense()
+        """The `KeepMask` of this call (shared by the layers of a stack, with what it builds once)."""
+        return keep_from_mask(attention_mask, q_len, k_len, self.is_causal and self.site == "decoder")
 
     def forward(self, hidden_states, key_value_states=None, cache=None, attention_mask=None, **kwargs):
         past_key_values = pop_cache(cache, kwargs)

@@ -78,7 +78,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention_base import FORWARD_STATE_KWARG, ForwardState, Hyperparameter, Preset, VariantAttention
-from .attention_base import float32_autocast_off, nonempty, source_padding, weighted_values
+from .attention_base import float32_autocast_off, weighted_values
 
 CALIBRATION_PAPER = (
     "Lu, Zeng, Zhang, Wu & Li 2021, Attention Calibration for Transformer in Neural Machine Translation (ACL)"
@@ -231,10 +231,10 @@ class CalibratedAttention(VariantAttention):
         """The weights this layer attends with: fused (calibrated pass, inference) or a_p (perturbed pass)."""
         x, enc, state = ctx.hidden_states, ctx.key_value_states, ctx.state
         with float32_autocast_off(q):
-            real = source_padding(keep)  # [B|1, 1, 1, S]
+            real = keep.real_keys()  # [B|1, 1, 1, S]
             qs = q.float() * self.scaling  # the scaled query: the scores' and the released gate's input
             scores = torch.matmul(qs, k.float().transpose(-1, -2))
-            scores = scores.masked_fill(~nonempty(keep), torch.finfo(scores.dtype).min)
+            scores = keep.fill_hidden(scores, torch.finfo(scores.dtype).min)
             a = torch.softmax(scores, dim=-1)  # Eq. 1
             if state is not None and state.mode == "perturbed":
                 m = self.perturbation_mask(x, enc, real, "live")
@@ -261,8 +261,8 @@ class CalibratedAttention(VariantAttention):
         if self.fusion == "fixed":  # released code
             return a + self.calibration_lambda * a_c, None
         if self.fusion == "fixed_softmax":  # Eq. 8 as printed, over the real source tokens
-            mixed = (a + self.calibration_lambda * a_c).masked_fill(~nonempty(keep), torch.finfo(a.dtype).min)
-            return torch.softmax(mixed, dim=-1) * nonempty(keep), None
+            mixed = keep.fill_hidden(a + self.calibration_lambda * a_c, torch.finfo(a.dtype).min)
+            return torch.softmax(mixed, dim=-1), None  # exactly 0 on the hidden keys (exp of the minimum)
         if self.fusion == "anneal":  # Eq. 9
             r = self.anneal_ratio()
             return r * a + (1 - r) * a_c, None

@@ -26,7 +26,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import Hyperparameter, Preset, float32_autocast_off, nonempty, source_padding, weighted_values
+from .attention_base import Hyperparameter, Preset, float32_autocast_off, weighted_values
 from .attention_positional import (
     PositionalAttention,
     check_length,
@@ -87,7 +87,7 @@ class HardGaussianAttention(PositionalAttention):
         self.normalize = config.hard_gaussian_normalize
 
     def attend(self, q, k, v, keep, ctx):
-        tgt_len, src_len, past, output_attentions = keep.shape[-2], v.shape[2], ctx.past, ctx.output_attentions
+        tgt_len, src_len, past, output_attentions = keep.q_len, v.shape[2], ctx.past, ctx.output_attentions
         with float32_autocast_off(v):
             offsets = torch.tensor(self.offsets, device=v.device)[None, :, None, None]  # [1, H, 1, 1]
             if self.site == "decoder":  # absolute target positions; the query row is past + t
@@ -95,7 +95,7 @@ class HardGaussianAttention(PositionalAttention):
                 query_pos = torch.arange(past, past + tgt_len, device=v.device, dtype=torch.float32)
                 centre = query_pos[None, None, :, None] + offsets  # [1, H, T, 1]
             else:  # source positions count the real tokens only (padding may be on either side)
-                real = source_padding(keep).float()  # [B, 1, 1, S]
+                real = keep.real_keys().float()  # [B, 1, 1, S]
                 key_pos = real.cumsum(-1) - 1
                 if self.site == "encoder":  # queries are the same tokens: c(i) = pos(i) + offset
                     centre = key_pos.transpose(-1, -2) + offsets  # [B, H, T, 1]
@@ -107,9 +107,9 @@ class HardGaussianAttention(PositionalAttention):
             # log N(j; c, sigma^2)
             log_density = -(key_pos - centre).square() / (2 * self.std**2) - math.log(self.std) - _LOG_SQRT_2PI
             if self.normalize:
-                weights = torch.softmax(log_density.masked_fill(~nonempty(keep), torch.finfo(torch.float32).min), -1)
+                weights = torch.softmax(keep.fill_hidden(log_density, torch.finfo(torch.float32).min), -1)
             else:  # the authors' code: density at the visible positions, 0 elsewhere
-                weights = log_density.exp() * keep
+                weights = keep.zero_hidden(log_density.exp())
         return weighted_values(weights, v, self.attn_dropout, self.training, output_attentions)
 
     def extra_repr(self) -> str:
@@ -162,7 +162,7 @@ class SynthesizerAttention(PositionalAttention):
         return self.synthesizer_logits.detach()[:, :length, :length].float().clone()
 
     def attend(self, q, k, v, keep, ctx):
-        tgt_len, src_len, past, output_attentions = keep.shape[-2], v.shape[2], ctx.past, ctx.output_attentions
+        tgt_len, src_len, past, output_attentions = keep.q_len, v.shape[2], ctx.past, ctx.output_attentions
         check_length(max(src_len, past + tgt_len), self.max_len, self.variant, "synthesizer_max_positions")
         if past == 0:  # once per input (never per cached decoding step: no device sync)
             check_right_padding(keep, self.variant, self.site)

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention_base import HfAttnConfigError, Hyperparameter, Preset, VariantAttention, float32_autocast_off
-from .attention_base import nonempty, source_padding, weighted_values
+from .attention_base import nonempty, weighted_values
 
 GMM_PAPER = (
     "Zhang & Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian "
@@ -273,8 +273,7 @@ class GmmAttention(VariantAttention):
         scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
         if q.shape[-2] == 1:
             return torch.softmax(scores + geometry.bias, dim=-1)
-        scores = scores.masked_fill(~nonempty(keep), torch.finfo(scores.dtype).min)
-        return torch.softmax(scores, dim=-1)
+        return torch.softmax(keep.fill_hidden(scores, torch.finfo(scores.dtype).min), dim=-1)
 
     def ffn_outputs(self, q):
         """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14); the FFNs run as two matmuls (`ffn_weights`)."""
@@ -328,8 +327,8 @@ class GmmAttention(VariantAttention):
         name, cached = "gmm_source_geometry", ctx is not None and ctx.cache is not None
         rows = ctx.hidden_states.shape[0] if cached else None
         geometry = ctx.cache.get_state(name) if cached and ctx.past > 0 else None
-        if geometry is None or geometry.shape[0] != rows or geometry.shape[-1] != keep.shape[-1]:
-            real = source_padding(keep)  # [B|1, 1, 1, S]
+        if geometry is None or geometry.shape[0] != rows or geometry.shape[-1] != keep.k_len:
+            real = keep.real_keys()  # [B|1, 1, 1, S]
             real_f = real.float()
             length = real_f.sum(-1, keepdim=True)  # J
             pos = real_f.cumsum(-1) - 1

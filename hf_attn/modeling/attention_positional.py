@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from .attention_base import HfAttnConfigError, VariantAttention, float32_autocast_off, nonempty, weighted_values
+from .attention_base import HfAttnConfigError, KeepMask, VariantAttention, float32_autocast_off, weighted_values
 
 
-def check_right_padding(keep: torch.Tensor, variant: str, site: str) -> None:
-    """Raise if a sequence has a padding position before a real one (left or middle padding).
-
-    ``keep`` is the bool keep mask ``[B|1, 1|H, T, S]``; a key is real when some query may attend to it.
-    """
-    real = keep.any(dim=-2)  # [B, 1, S]
+def check_right_padding(keep: KeepMask, variant: str, site: str) -> None:
+    """Raise if a sequence has a padding position before a real one (left or middle padding); a key is real when
+    some query may attend to it."""
+    real = keep.real_keys()  # [B|1, 1, 1, S]
     if real.shape[-1] > 1 and bool((real[..., 1:] & ~real[..., :-1]).any()):
         raise HfAttnConfigError(
             f"{variant} attention ({site}) uses absolute positions and needs right padding, but a sequence in this "
@@ -43,10 +41,10 @@ def check_length(length: int, limit: int, variant: str, field: str) -> None:
 def positional_softmax(logits, keep, v, dropout: float, training: bool, need_weights: bool):
     """p = softmax(logits) over the visible keys, in float32 (also under autocast); ctx = dropout(p) V.
 
-    ``logits`` ``[H|1, T, S]`` or ``[B, H, T, S]``; ``keep`` bool ``[B|1, 1|H, T, S]``; ``v`` ``[B, H, S, dh]``.
+    ``logits`` ``[H|1, T, S]`` or ``[B, H, T, S]``; ``keep`` the `KeepMask`; ``v`` ``[B, H, S, dh]``.
     """
     with float32_autocast_off(v):
-        scores = logits.float().masked_fill(~nonempty(keep), torch.finfo(torch.float32).min)
+        scores = keep.fill_hidden(logits.float(), torch.finfo(torch.float32).min)
         weights = torch.softmax(scores, dim=-1)
     return weighted_values(weights, v, dropout, training, need_weights)
 

@@ -303,7 +303,7 @@ class RecurrentAttention(PositionalAttention):
         return self.ran_stack.matrices(length)[self.ran_step]
 
     def attend(self, q, k, v, keep, ctx):
-        tgt_len, src_len, past, output_attentions = keep.shape[-2], v.shape[2], ctx.past, ctx.output_attentions
+        tgt_len, src_len, past, output_attentions = keep.q_len, v.shape[2], ctx.past, ctx.output_attentions
         check_length(max(src_len, past + tgt_len), self.max_len, self.variant, "ran_max_positions")
         if past == 0 and self.ran_step == 0:  # once per stack and input (never per decoding step: no sync)
             check_right_padding(keep, self.variant, self.site)

@@ -50,7 +50,6 @@ class RelaAttention(VariantAttention):
         Hyperparameter("rela_chunk", int, 256, "queries and keys per block of the block-wise path for long inputs "
                        "(linear memory, same values; not in Zhang et al. 2021); 0 = never", low=0),
     )
-    compact_keep = True
 
     presets = (
         Preset(
@@ -177,14 +176,21 @@ def rela_norm(o, norm, eps, gain, bias, gate_weight):
     un-normalised input.
     """
     with float32_autocast_off(o):
-        z = o.float()
-        if norm == "rmsnorm":  # Eq. 4
-            y = F.rms_norm(z, z.shape[-1:], gain.float(), eps=eps)
-        else:  # LayerNorm (Table 1 row 8)
-            y = F.layer_norm(z, z.shape[-1:], gain.float(), bias.float(), eps=eps)
-        if gate_weight is not None:  # Eq. 5
-            y = y * torch.sigmoid(gate_weight.float() * z)
+        _, _, n, s = norm_parts(o.float(), norm, eps, gain, bias, gate_weight)
+        y = n if s is None else n * s
     return y.to(o.dtype)
+
+
+def norm_parts(z, norm, eps, gain, bias, gate_weight):
+    """The float32 pieces of LN(z) = n * s that the forward and `NormThenProject`'s backward share:
+    zhat = (z - mean) / RMS (Eq. 4; the mean only for LayerNorm), r = 1 / RMS, n = zhat * g (+ bias), and the gate
+    s = sigmoid(w * z) of Eq. 5 (None without the gate)."""
+    centred = z if norm == "rmsnorm" else z - z.mean(-1, keepdim=True)
+    r = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)  # Eq. 4 (LayerNorm: 1 / std)
+    zhat = centred * r
+    n = zhat * gain.float() if bias is None else torch.addcmul(bias.float(), zhat, gain.float())
+    s = None if gate_weight is None else torch.sigmoid(gate_weight.float() * z)  # Eq. 5
+    return zhat, r, n, s
 
 
 class NormThenProject(torch.autograd.Function):
@@ -207,11 +213,7 @@ class NormThenProject(torch.autograd.Function):
         rows = tuple(range(grad.dim() - 1))
         with float32_autocast_off(o):
             z, g = o.float(), gain.float()
-            centred = z if ctx.norm == "rmsnorm" else z - z.mean(-1, keepdim=True)
-            r = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + ctx.eps)  # 1 / RMS(z), Eq. 4 (or 1 / std)
-            zhat = centred * r
-            n = zhat * g if norm_bias is None else torch.addcmul(norm_bias.float(), zhat, g)
-            s = None if gate_weight is None else torch.sigmoid(gate_weight.float() * z)  # Eq. 5
+            zhat, r, n, s = norm_parts(z, ctx.norm, ctx.eps, gain, norm_bias, gate_weight)
             y = (n if s is None else n * s).to(o.dtype)  # LN(o) as the forward gave it to out_proj
             grad_weight = None
             if need[1]:

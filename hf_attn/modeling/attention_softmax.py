@@ -42,7 +42,6 @@ class SoftmaxAttention(VariantAttention):
         ),
     )
 
-    compact_keep = True
 
     def attend(self, q, k, v, keep, ctx):
         return softmax_attention(q, k, v, keep, self.scaling, self.attn_dropout, ctx.output_attentions)
@@ -88,7 +87,6 @@ def entmax15_forward(z: torch.Tensor) -> torch.Tensor:
 class _EntmaxFamilyAttention(VariantAttention):
     """p = normaliser(q k^T / sqrt(dh)) over the visible keys, computed in float32; out = dropout(p) V."""
 
-    compact_keep = True
 
     @staticmethod
     def normaliser(scores: torch.Tensor) -> torch.Tensor:
@@ -106,8 +104,8 @@ class _EntmaxFamilyAttention(VariantAttention):
     def attend(self, q, k, v, keep, ctx):
         with float32_autocast_off(q):
             scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.scaling
-            if not keep.all_visible:  # a row with no visible key sees all: entmax would index -1 on it
-                scores = scores.masked_fill(keep.hidden(), MASKED_SCORE)
+            # a row with no visible key sees all: entmax would index -1 on it
+            scores = keep.fill_hidden(scores, MASKED_SCORE)
             normalise = self.normaliser if scores.requires_grad else self.forward_only
             weights = normalise(scores)  # exactly 0 on the masked keys: no "* keep" needed
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=True)
