@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import EOS, PAD, tiny_batch, tiny_config, tiny_model
 
 import hf_attn
@@ -237,6 +238,37 @@ def test_reg_is_finite_for_all_zero_rows_and_single_keys():
     assert not st["rows"].any() and torch.isfinite(ctx).all() and st["norm"].abs().sum() == 0
 
 
+def test_reg_terms_give_plain_autogradients():
+    """`RegTerms` (which keeps the two row sums alone for backward) against Eq. 7 through plain autograd, on rows
+    at every edge: sums below eps, S = 1 (log 0), entropy at and below C, entropy clamped at 0, rows masked out."""
+    g = torch.Generator().manual_seed(0)
+    total = torch.rand(2, 3, 40, generator=g, dtype=torch.float64) * 3
+    total[0, 0, :4] = torch.tensor([0.0, 1e-7, 1.0, 1e-6], dtype=torch.float64)  # below, at eps; log S = 0
+    s_log_s = total * (total.log() - torch.rand(2, 3, 40, generator=g, dtype=torch.float64) * 3)
+    s_log_s[0, 1, :3] = total[0, 1, :3] * total[0, 1, :3].log()  # a one-hot row: H = 0
+    s_log_s[0, 0, 0] = 0.0  # an all-zero row: sum_j 0 log 0 = 0
+    s_log_s[1, 2, :3] = total[1, 2, :3] * (total[1, 2, :3].log() + 1.0)  # H = log S - (log S + 1) < 0: clamped
+    nf = torch.randint(1, 30, (2, 1, 40), generator=g).double()
+    rows = nf > 1
+    weights = torch.randn(3, 2, 3, 40, generator=g, dtype=torch.float64)
+
+    def plain(raw, sls):  # the equations as written, autograd through every step
+        t = raw.clamp(min=1e-6)
+        ent = (t.log() - sls / t).clamp(min=0.0)
+        return t.log().abs() * rows, F.relu(ent - 0.7 * nf.log()) * rows, ent * rows
+
+    leaves = [[x.clone().requires_grad_() for x in (total, s_log_s)] for _ in range(2)]
+    st = rf.row_statistics(*leaves[0], nf, rows, 1e-6, 0.7)
+    ref = plain(*leaves[1])
+    for got, want in zip((st["norm"], st["margin"], st["entropy"]), ref):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    ((st["norm"] * weights[0]).sum() + (st["margin"] * weights[1]).sum()).backward()
+    ((ref[0] * weights[0]).sum() + (ref[1] * weights[1]).sum()).backward()
+    for got, want in zip(leaves[0], leaves[1]):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-12, atol=1e-12)
+    assert leaves[0][1].grad.abs().sum() > 0 and (leaves[0][0].grad[0, 0, :2] == 0).all()
+
+
 @pytest.mark.parametrize("base", ["marian", "bart"])
 def test_one_token_inputs_and_autocast_are_finite(base):
     model = tiny_model(base, "reluformer", dropout=0.1, attention_dropout=0.1).train()
@@ -254,8 +286,10 @@ def test_one_token_inputs_and_autocast_are_finite(base):
 
 
 def fake_stats(reg_rows, rows):
+    """A layer's statistics as it leaves them: from [B,H,T] rows, summed over heads."""
     zeros = torch.zeros_like(reg_rows)
-    return {"norm": reg_rows, "margin": zeros, "entropy": zeros + 1.0, "row_sum": zeros, "rows": rows}
+    return rf.head_sums({"norm": reg_rows, "margin": zeros, "entropy": zeros + 1.0, "row_sum": zeros,
+                         "rows": rows.expand_as(reg_rows)})
 
 
 def test_reg_is_averaged_over_valid_queries_heads_then_layers():

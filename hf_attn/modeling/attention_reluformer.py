@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from .attention_base import CACHE_KWARG, Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off
 from .attention_blockwise import blockwise_relu_attention, use_blocks
@@ -48,14 +49,15 @@ def visible_keys(keep) -> torch.Tensor:
 
 
 def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropout=0.0, eps=1e-6,
-                         entropy_bound=0.7, need_weights=False, chunk=0, stats=True):
+                         entropy_bound=0.7, need_weights=False, chunk=0, stats=True, stats_grad=True):
     """ReLUFormer attention.
 
     q ``[B,H,T,dh]`` (unscaled), k/v ``[B,H,S,dh]``, keep a `KeepMask`; block-wise over ``chunk`` queries and keys
     for long inputs (`use_blocks`). Returns (context ``[B,H,T,dh]``, weights s ``[B,H,T,S]`` or None, per-row
     statistics): ``{"norm": |log sum s|, "margin": max(H(p) - C, 0), "entropy": H(p), "row_sum": sum s,
     "rows": n > 0}``, float32 ``[B,H,T]`` (bool for rows); a row without any visible key has rows False and zero
-    statistics. ``stats=False``: no statistics (None), for passes that cannot use L_reg (incremental decoding).
+    statistics. ``stats=False``: no statistics (None), for passes that cannot use L_reg (incremental decoding);
+    ``stats_grad=False``: statistics without a graph (for the logs alone: L_reg not in the loss).
     """
     n = visible_keys(keep)
     nf = n.clamp(min=1).float()
@@ -78,25 +80,60 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
         weights = s.to(q.dtype) if need_weights else None
     if not stats:
         return ctx, weights, None
+    if not stats_grad:
+        raw_total, s_log_s = raw_total.detach(), s_log_s.detach()
     return ctx, weights, row_statistics(raw_total, s_log_s, nf.squeeze(-1), n.squeeze(-1) > 0, eps, entropy_bound)
 
 
 def row_statistics(raw_total, s_log_s, nf, rows, eps, entropy_bound) -> dict:
-    """Eq. 7's terms per row from its two sums over keys (``[B,H,T]``, float32); ``nf``, ``rows`` ``[B|1,1,T]``."""
+    """Eq. 7's terms per row from its two sums over keys (``[B,H,T]``, float32); ``nf``, ``rows`` ``[B|1,1,T]``.
+    "norm" and "margin" carry L_reg's gradient (`RegTerms`); "entropy" and "row_sum" are for the logs."""
     with float32_autocast_off(raw_total):
-        # L_reg = |log sum s| + max(H(p) - C, 0), C = 0.7 log n (Appendix A); H(p) = log S - sum(s log s) / S
-        rows = rows.expand_as(raw_total)
+        rows = rows.to(raw_total.dtype)
+        norm, margin, entropy = RegTerms.apply(raw_total, s_log_s, entropy_bound * nf.log(), rows, eps)
+    return {"norm": norm, "margin": margin, "entropy": entropy, "row_sum": raw_total.detach() * rows,
+            "rows": rows.bool().expand_as(raw_total)}
+
+
+def head_sums(stats: dict) -> dict:
+    """`row_statistics` summed over heads (``[B,T]``), as a layer leaves them for `model_losses`: the ``[B,H,T]``
+    terms are not kept until the loss is formed; ``rows`` (the same for every head) ``[B,T]``, and ``heads`` H."""
+    sums = {key: stats[key].sum(1) for key in ("norm", "margin", "entropy", "row_sum")}
+    return {**sums, "rows": stats["rows"][:, 0], "heads": stats["rows"].shape[1]}
+
+
+class RegTerms(torch.autograd.Function):
+    """(|log S|, max(H(p) - C, 0), H(p)) per row, times the 0/1 ``rows``, from S = sum_j s_ij (clamped to ``eps``)
+    and sum_j s_ij log s_ij (Eq. 7): H(p) = max(log S - sum_j s_ij log s_ij / S, 0). Backward keeps the two sums
+    alone (not the half dozen intermediates autograd would keep per attention module until the loss is formed) and
+    gives plain autograd's gradient, subgradients included (clamp: 1 at the bound; relu and |.|: 0 at 0)."""
+
+    @staticmethod
+    def forward(ctx, raw_total, s_log_s, bound, rows, eps):
         total = raw_total.clamp(min=eps)
-        ent = (total.log() - s_log_s / total).clamp(min=0.0)
-        stats = {
-            "norm": total.log().abs(),
-            "margin": F.relu(ent - entropy_bound * nf.log()),
-            "entropy": ent,
-            "row_sum": raw_total,
-        }
-        stats = {key: x * rows for key, x in stats.items()}
-    stats["rows"] = rows
-    return stats
+        log_total = total.log()
+        entropy = (log_total - s_log_s / total).clamp(min=0.0)
+        ctx.eps = eps
+        ctx.save_for_backward(raw_total, s_log_s, bound, rows)
+        ctx.mark_non_differentiable(entropy)
+        return log_total.abs() * rows, F.relu(entropy - bound) * rows, entropy * rows
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_norm, grad_margin, _):
+        raw_total, s_log_s, bound, rows = ctx.saved_tensors
+        total = raw_total.clamp(min=ctx.eps)
+        log_total = total.log()
+        entropy_raw = log_total - s_log_s / total
+        grad_total = torch.zeros_like(total) if grad_norm is None else grad_norm * rows * log_total.sign()
+        grad_s_log_s = None
+        if grad_margin is not None:  # through relu(clamp(entropy_raw, 0) - C)
+            live = (entropy_raw >= 0) & (entropy_raw.clamp(min=0.0) - bound > 0)
+            grad_entropy = grad_margin * rows * live
+            grad_total = grad_total + grad_entropy * (1 + s_log_s / total)
+            grad_s_log_s = -grad_entropy / total
+        grad_raw = grad_total / total * (raw_total >= ctx.eps)
+        return grad_raw, grad_s_log_s, None, None, None
 
 
 class ReluFormerAttention(VariantAttention):
@@ -123,7 +160,6 @@ class ReluFormerAttention(VariantAttention):
                        "long inputs (linear memory, same values; Shen et al. 2023 use 512-2048-token documents); 0 = "
                        "never", low=0),
     )
-    compact_keep = True
     presets = (
         Preset(
             "reluformer",
@@ -152,16 +188,17 @@ class ReluFormerAttention(VariantAttention):
         self.eps = float(config.reluformer_eps)
         self.entropy_bound = float(config.reluformer_entropy_bound)
         self.query_chunk = int(config.reluformer_query_chunk)
+        self.regularised = float(config.reluformer_reg_weight) > 0
 
     # ---- forward ----------------------------------------------------------------------------------------------
     def attend(self, q, k, v, keep, ctx):
         out, weights, stats = reluformer_attention(
             q, k, v, keep, scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
             eps=self.eps, entropy_bound=self.entropy_bound, need_weights=ctx.output_attentions, chunk=self.query_chunk,
-            stats=self.wants_statistics(ctx),
+            stats=self.wants_statistics(ctx), stats_grad=self.regularised,
         )
         if stats is not None:  # per-row statistics for L_reg (`model_losses`)
-            ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = stats
+            ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = head_sums(stats)
         return out, weights
 
     @staticmethod
@@ -208,12 +245,12 @@ class ReluFormerAttention(VariantAttention):
             return {}, {}
         valid = cls.query_validity(model, inputs)
         per_layer = {key: [] for key in ("norm", "margin", "entropy", "row_sum")}
-        for site, st in layers:
+        for site, st in layers:  # `head_sums`: [B, T] sums over the heads
             rows = st["rows"].expand_as(st["norm"])
             qv = valid.get(site)
-            if qv is not None and qv.shape == (rows.shape[0], rows.shape[2]):
-                rows = rows & qv.to(rows.device)[:, None, :]
-            count = rows.sum().clamp(min=1)
+            if qv is not None and qv.shape == rows.shape:
+                rows = rows & qv.to(rows.device)
+            count = (rows.sum() * st["heads"]).clamp(min=1)
             for key, values in per_layer.items():
                 values.append((st[key] * rows).sum() / count)
         mean = {key: torch.stack(values).mean() for key, values in per_layer.items()}
