@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# transformers' own configs (MarianConfig, BartConfig) are @strict dataclasses from huggingface_hub, a dependency
+# of transformers itself; a subclass must be one too
 from huggingface_hub.dataclasses import strict
 from transformers import BartConfig, MarianConfig
 
