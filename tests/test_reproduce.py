@@ -171,3 +171,20 @@ def test_variant_figures_for_every_fusion(preset):
     assert ("calibration_mask" in out) == (preset == "calibration-gate")
     if preset == "gmm":
         assert all(0 < g < 1 for g in out["gmm_gate"].values())
+
+
+def test_reluformer_ablation_claims_judge_bleu_and_entropy():
+    """Table 5's '- reg loss' row as two claims: BLEU more than 1 below, and entropy lower at every site."""
+    from hf_attn.reproduce.claims import _entropy_falls, _lower_bleu
+
+    def run(bleu, entropy):
+        sites = {s: {"entropy": entropy, "null_rate": 0.5} for s in ("encoder", "decoder", "cross")}
+        return {"status": "complete", "results": {"bleu": bleu}, "analysis": {"attention": {"sites": sites}}}
+
+    runs = {"reluformer": run(7.2, 0.5), "reluformer-no-reg": run(2.5, 2.0)}
+    assert _lower_bleu("reluformer-no-reg", "reluformer")(runs, {})[0]
+    holds, seen = _entropy_falls("reluformer-no-reg", "reluformer")(runs, {})
+    assert not holds and "null rows 50%" in seen
+    runs = {"reluformer": run(7.2, 2.0), "reluformer-no-reg": run(6.5, 0.5)}  # within the spread; entropy lower
+    assert not _lower_bleu("reluformer-no-reg", "reluformer")(runs, {})[0]
+    assert _entropy_falls("reluformer-no-reg", "reluformer")(runs, {})[0]
