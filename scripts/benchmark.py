@@ -9,7 +9,8 @@ timed too and reported as a second column. For one model size, every model is ti
     a `--pad-fraction` of the rows padded (their source and target shortened to a random length >= half), and
   * beam-`--beams` decoding of `--decode-batch` sources of `--decode-src-len` tokens (padded likewise), forced to
     exactly `--decode-len` new tokens (every model does the same work, also with random weights).
-Rounds are interleaved (stock, softmax, A, B, ..., stock, softmax, A, ...) and repeated; a ratio is the median
+Rounds are interleaved (stock, softmax, A, B, ..., then softmax, A, B, ..., stock: the order rotates by one each
+round, so no model always runs first) and repeated; a ratio is the median
 over rounds of t_reference / t_preset in that round (> 1 = faster than the reference). Peak memory is the growth
 of the peak RSS during one training step, each model in a fresh subprocess (on CUDA: max_memory_allocated).
 The defaults are the setting of issue 16 (small Marian, batch 32 x 30 with a quarter padded, beam-4 decoding of
@@ -215,6 +216,14 @@ def timed(args, fn, *a):
     return time.perf_counter() - start
 
 
+def rounds(args, items, desc: str):
+    """The (name, model) pairs of each of the ``--repeats`` rounds, the order rotated by one per round."""
+    items = list(items)
+    for r in tqdm(range(args.repeats), desc=desc):
+        k = r % len(items)
+        yield items[k:] + items[:k]
+
+
 def ratios(times: dict, name: str) -> dict:
     """Median per-round speed ratios of `name` against the stock model and hf-attn softmax (> 1 = faster)."""
     return {ref: statistics.median(r / t for r, t in zip(times[key], times[name]))
@@ -329,8 +338,8 @@ def main(argv=None):
         for name, (model, opt) in models.items():  # warm-up, not timed; then the FLOPs of a second, warm call
             steps[kind](model, opt)
             flops[kind][name] = matmul_flops(steps[kind], model, opt)
-        for _ in tqdm(range(args.repeats), desc=f"{kind}: interleaved rounds"):
-            for name, (model, opt) in models.items():
+        for order in rounds(args, models.items(), f"{kind}: interleaved rounds"):
+            for name, (model, opt) in order:
                 times[kind][name].append(timed(args, steps[kind], model, opt))
 
     rows = []
@@ -453,8 +462,8 @@ def long_main(args, argv):
         for model in models.values():  # warm-up, not timed
             forward_backward(model, batch)
         times = {n: [] for n in models}
-        for _ in tqdm(range(args.repeats), desc=f"length {length}: interleaved rounds"):
-            for name, model in models.items():
+        for order in rounds(args, models.items(), f"length {length}: interleaved rounds"):
+            for name, model in order:
                 times[name].append(timed(args, forward_backward, model, batch))
         for name in models:
             r = ratios(times, name)

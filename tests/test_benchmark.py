@@ -158,3 +158,10 @@ def test_rejects_bad_lengths(bench, capsys):
         with pytest.raises(SystemExit) as e:
             bench.parse_args(["--long", bad])
         assert e.value.code == 2 and "--long" in capsys.readouterr().err
+
+
+def test_rounds_rotate_the_order(bench):
+    """Every model runs first in some round (no fixed position in the interleaving)."""
+    args = bench.parse_args(["--repeats", "4", "--presets", "rela-g,ran-d"])
+    orders = [[name for name, _ in order] for order in bench.rounds(args, [("a", 1), ("b", 2), ("c", 3)], "test")]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
