@@ -186,7 +186,8 @@ def norm_parts(z, norm, eps, gain, bias, gate_weight):
     zhat = (z - mean) / RMS (Eq. 4; the mean only for LayerNorm), r = 1 / RMS, n = zhat * g (+ bias), and the gate
     s = sigmoid(w * z) of Eq. 5 (None without the gate)."""
     centred = z if norm == "rmsnorm" else z - z.mean(-1, keepdim=True)
-    r = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)  # Eq. 4 (LayerNorm: 1 / std)
+    # 1 / RMS = (||z||^2 / d + eps)^-1/2, Eq. 4 (LayerNorm: 1 / std); the norm reads z once, writes nothing big
+    r = torch.rsqrt(torch.linalg.vector_norm(centred, dim=-1, keepdim=True).square() / z.shape[-1] + eps)
     zhat = centred * r
     n = zhat * gain.float() if bias is None else torch.addcmul(bias.float(), zhat, gain.float())
     s = None if gate_weight is None else torch.sigmoid(gate_weight.float() * z)  # Eq. 5
@@ -214,7 +215,8 @@ class NormThenProject(torch.autograd.Function):
         with float32_autocast_off(o):
             z, g = o.float(), gain.float()
             zhat, r, n, s = norm_parts(z, ctx.norm, ctx.eps, gain, norm_bias, gate_weight)
-            y = (n if s is None else n * s).to(o.dtype)  # LN(o) as the forward gave it to out_proj
+            y32 = n if s is None else n * s
+            y = y32.to(o.dtype)  # LN(o) as the forward gave it to out_proj
             grad_weight = None
             if need[1]:
                 grad_weight = (grad.flatten(0, -2).T @ y.flatten(0, -2).to(grad.dtype)).to(weight.dtype)
@@ -224,16 +226,17 @@ class NormThenProject(torch.autograd.Function):
             grad_gain = (gn * zhat).sum(rows).to(gain.dtype) if need[5] else None
             grad_norm_bias = gn.sum(rows).to(norm_bias.dtype) if need[6] else None
             grad_gate = grad_z = None
-            if s is not None:  # y = n * sigmoid(w * z)
-                gate_pre = gy * n * s * (1 - s)
+            if s is not None:  # y = n * sigmoid(w * z): d y / d(w * z) = n * s * (1 - s) = y * (1 - s)
+                gate_pre = gy * y32
+                gate_pre.addcmul_(gate_pre, s, value=-1)
                 grad_gate = (gate_pre * z).sum(rows).to(gate_weight.dtype) if need[7] else None
-                grad_z = gate_pre * gate_weight.float()
-            if need[0]:  # through zhat = centred / RMS(centred)
-                gzhat = gn * g
-                dot = (gzhat * zhat).mean(-1, keepdim=True)
+            if need[0]:  # through zhat = centred / RMS(centred): r * (gzhat - zhat * mean(gzhat * zhat))
+                grad_z = gn * g
+                dot = (grad_z * zhat).mean(-1, keepdim=True)
                 if ctx.norm == "layernorm":
-                    gzhat = gzhat - gzhat.mean(-1, keepdim=True)
-                gz = r * (gzhat - zhat * dot)
-                grad_z = gz if grad_z is None else gz + grad_z
+                    grad_z.sub_(grad_z.mean(-1, keepdim=True))
+                grad_z.addcmul_(zhat, dot, value=-1).mul_(r)
+                if s is not None:  # and through the gate's input z
+                    grad_z.addcmul_(gate_pre, gate_weight.float())
         grad_o = grad_z.to(o.dtype) if need[0] else None
         return grad_o, grad_weight, grad_bias, None, None, grad_gain, grad_norm_bias, grad_gate
