@@ -42,7 +42,6 @@ class SoftmaxAttention(VariantAttention):
         ),
     )
 
-
     def attend(self, q, k, v, keep, ctx):
         return softmax_attention(q, k, v, keep, self.scaling, self.attn_dropout, ctx.output_attentions)
 
@@ -86,7 +85,6 @@ def entmax15_forward(z: torch.Tensor) -> torch.Tensor:
 
 class _EntmaxFamilyAttention(VariantAttention):
     """p = normaliser(q k^T / sqrt(dh)) over the visible keys, computed in float32; out = dropout(p) V."""
-
 
     @staticmethod
     def normaliser(scores: torch.Tensor) -> torch.Tensor:
