@@ -706,12 +706,13 @@ class VariantAttention:
         past = query_offset(past_key_values, key_value_states is not None, self.layer_idx, tgt_len)
         q, k, v = self.project(hidden_states, key_value_states, past_key_values)
         keep = self.keep_mask(attention_mask, tgt_len, v.shape[2])
+        output_attentions = kwargs.get("output_attentions")
         ctx = AttentionContext(
             hidden_states=hidden_states,
             key_value_states=key_value_states,
             past=past,
             cache=past_key_values if isinstance(past_key_values, HfAttnCache) else None,
-            output_attentions=bool(kwargs.get("output_attentions", self.config.output_attentions)),
+            output_attentions=bool(self.config.output_attentions if output_attentions is None else output_attentions),
             state=kwargs.get(FORWARD_STATE_KWARG),
         )
         out, weights = self.attend(q, k, v, keep, ctx)

@@ -108,13 +108,15 @@ class HfAttnModelMixin:
                 site=site,
             )
             setattr(layer, attr, new)
+        used = {v for layout in self.config.attention_layout().values() for v in layout}
+        # the layout the modules were built from, read once: every forward pass asks (config reads are slow)
+        self._variant_classes = [cls for name, cls in ATTENTION_VARIANTS.items() if name in used]
         for cls in self.variant_classes():
             cls.attach(self)
 
     def variant_classes(self) -> list[type]:
         """The variant mixins used by this model, in registry order."""
-        used = {v for layout in self.config.attention_layout().values() for v in layout}
-        return [cls for name, cls in ATTENTION_VARIANTS.items() if name in used]
+        return list(self._variant_classes)
 
     def attention_modules(self, site: str | None = None) -> list[VariantAttention]:
         """Every attention module (optionally of one site: 'encoder', 'decoder', 'cross'), in layer order."""
