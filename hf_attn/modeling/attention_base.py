@@ -23,6 +23,7 @@ None when nothing is padded). Every variant's ``attend`` reads it through its sm
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -248,8 +249,15 @@ class KeepMask:
     def zero_hidden(self, weights: torch.Tensor) -> torch.Tensor:
         """``weights`` ``[B, H, T, S]`` times the 0/1 keep mask (a broadcast block; unchanged when every key is
         visible): the multiplicative masking of the ReLU family."""
+        if weights.shape[-2:] == (self.q_len, self.k_len):  # the whole mask: its inverse is built once
+            if self.all_visible:
+                return weights
+            return weights.masked_fill(self._once("_hidden_keys", self._build_hidden_keys), 0)
         mask = self.block(0, weights.shape[-2], 0, weights.shape[-1], device=weights.device)
         return weights if mask is None else weights * mask
+
+    def _build_hidden_keys(self) -> torch.Tensor:
+        return ~self.block(0, self.q_len, 0, self.k_len)
 
     def fill_hidden(self, scores: torch.Tensor, value: float) -> torch.Tensor:
         """``scores`` ``[.., T, S]`` with ``value`` where a key is hidden (`hidden`); unchanged (no op at all) when
@@ -391,10 +399,12 @@ def softmax_attention(q, k, v, keep: KeepMask, scaling, dropout, need_weights):
 def weighted_values(weights, v, dropout: float, training: bool, need_weights: bool):
     """ctx = dropout(weights) V (the last step of every variant), with weights ``[H|1|B, ..., T, S]`` broadcast
     to ``[B, H, T, S]``; returns (ctx, weights or None)."""
-    weights = weights.to(v.dtype)
+    if weights.dtype != v.dtype:
+        weights = weights.to(v.dtype)
     if weights.dim() == 3:
         weights = weights.unsqueeze(0)
-    weights = weights.expand(v.shape[0], v.shape[1], *weights.shape[-2:])
+    if weights.shape[:2] != v.shape[:2]:
+        weights = weights.expand(v.shape[0], v.shape[1], *weights.shape[-2:])
     if training and dropout > 0:
         weights = F.dropout(weights, p=dropout, training=True)
     ctx = torch.matmul(weights, v)
@@ -730,6 +740,12 @@ def attention_class(base: type, mixin: type) -> type:
     return type(name, (mixin, base), {"__module__": mixin.__module__})
 
 
+_NO_CONTEXT = contextlib.nullcontext()
+
+
 def float32_autocast_off(tensor: torch.Tensor):
-    """Context to run custom normalisations in float32 even under fp16/bf16 autocast."""
+    """Context to run custom normalisations in float32 even under fp16/bf16 autocast; a shared no-op context when
+    autocast is off for the tensor's device (entering ``torch.autocast`` costs more than a small decoding op)."""
+    if not torch.is_autocast_enabled(tensor.device.type):
+        return _NO_CONTEXT
     return torch.autocast(device_type=tensor.device.type, enabled=False)

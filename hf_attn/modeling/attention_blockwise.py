@@ -24,13 +24,13 @@ ACTIVATIONS = ("relu", "gelu", "leaky_relu")
 _TINY = 1e-30  # log a reads log(max(a, tiny)): log and xlogy are slow on zeros; relu zeroes the gradient where a = 0
 
 
-def activate(x: torch.Tensor, activation: str, slope: float = 0.01) -> torch.Tensor:
-    """relu / gelu (exact, erf) / leaky_relu(slope)."""
+def activate(x: torch.Tensor, activation: str, slope: float = 0.01, inplace: bool = False) -> torch.Tensor:
+    """relu / gelu (exact, erf) / leaky_relu(slope); relu and leaky_relu on ``x`` itself when ``inplace``."""
     if activation == "relu":
-        return F.relu(x)
+        return F.relu(x, inplace=inplace)
     if activation == "gelu":
         return F.gelu(x)
-    return F.leaky_relu(x, slope)
+    return F.leaky_relu(x, slope, inplace=inplace)
 
 
 def activation_backward(grad: torch.Tensor, x: torch.Tensor, a: torch.Tensor, activation: str,

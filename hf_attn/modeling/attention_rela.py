@@ -141,13 +141,14 @@ class RelaAttention(VariantAttention):
             init.uniform_(self.rela_gate_weight, -bound, bound)
 
     def attend(self, q, k, v, keep, ctx):
-        q = q * self.scaling
         if use_blocks(q.shape[2], k.shape[2], self.chunk, ctx.output_attentions):  # long inputs
-            out, _, _ = blockwise_relu_attention(q, k, v, keep, activation=self.activation, slope=self.leaky_slope,
-                                                 dropout=self.attn_dropout, chunk=self.chunk)
+            out, _, _ = blockwise_relu_attention(q * self.scaling, k, v, keep, activation=self.activation,
+                                                 slope=self.leaky_slope, dropout=self.attn_dropout, chunk=self.chunk)
             return out, None
-        weights = activate(torch.matmul(q, k.transpose(-1, -2)), self.activation, self.leaky_slope)
-        weights = keep.zero_hidden(weights)  # Eq. 3, multiplicative 0/1 mask
+        # Eq. 3: relu(q k^T / sqrt(dh)), then the multiplicative 0/1 mask; scale and activation run in place on the
+        # fresh product (autograd keeps q and k for it, not the product)
+        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(self.scaling)
+        weights = keep.zero_hidden(activate(scores, self.activation, self.leaky_slope, inplace=True))
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=ctx.output_attentions)
 
     def post_merge(self, o):
@@ -158,8 +159,10 @@ class RelaAttention(VariantAttention):
     def project_out(self, o):
         # training: out_proj(LN(o)) as one autograd node that keeps o alone (`NormThenProject`); out_proj wrapped by
         # something else (an adapter, a hook) keeps its own forward
-        if self.norm == "none" or not torch.is_grad_enabled() or type(self.out_proj) is not nn.Linear:
-            return super().project_out(o)
+        if self.norm == "none":
+            return self.out_proj(o)
+        if not torch.is_grad_enabled() or type(self.out_proj) is not nn.Linear:
+            return self.out_proj(rela_norm(o, self.norm, self.eps, *self.norm_params()))
         return NormThenProject.apply(o, self.out_proj.weight, self.out_proj.bias, self.norm, self.eps,
                                      *self.norm_params())
 
@@ -175,10 +178,19 @@ def rela_norm(o, norm, eps, gain, bias, gate_weight):
     RMSNorm (Eq. 4) or LayerNorm (Table 1 row 8), then the sigmoid gate of ReLA-g (Eq. 5), which reads the
     un-normalised input.
     """
-    with float32_autocast_off(o):
-        _, _, n, s = norm_parts(o.float(), norm, eps, gain, bias, gate_weight)
-        y = n if s is None else n * s
-    return y.to(o.dtype)
+    if o.dtype != torch.float32 or torch.is_autocast_enabled(o.device.type):
+        with float32_autocast_off(o):
+            return rela_norm(o.float(), norm, eps, gain, bias, gate_weight).to(o.dtype)
+    # the same n as `norm_parts`, through torch's norm kernels (fewer ops: this runs at every decoding step)
+    shape = (o.shape[-1],)
+    if norm == "rmsnorm":
+        y = F.rms_norm(o, shape, gain.float(), eps)  # Eq. 4
+    else:
+        y = F.layer_norm(o, shape, gain.float(), bias.float(), eps)
+    if gate_weight is None:
+        return y
+    s = torch.sigmoid(gate_weight.float() * o)  # Eq. 5
+    return y * s if torch.is_grad_enabled() else y.mul_(s)
 
 
 def norm_parts(z, norm, eps, gain, bias, gate_weight):
