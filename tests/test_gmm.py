@@ -388,3 +388,14 @@ def test_ffn_weights_are_kept_without_autograd_until_a_parameter_changes():
         assert module.ffn_weights() is not first
         torch.testing.assert_close(module.ffn_outputs(q)["gate"], before + 1.0)
     assert module.ffn_weights()[0].requires_grad  # with autograd: built from the live parameters
+
+
+def test_ffn_outputs_without_autograd_equal_the_tanh_network():
+    """Decoding computes tanh as 2 sigmoid(2x) - 1 in place: the same FFN outputs as the autograd path (tanh)."""
+    module = cross(tiny_model("marian", "gmm"))
+    q = torch.randn(3, 4, 5, module.head_dim) * 4  # hidden pre-activations across tanh's whole range
+    with_grad = {name: out.detach() for name, out in module.ffn_outputs(q).items()}
+    with torch.no_grad():
+        without = module.ffn_outputs(q)
+    for name, out in with_grad.items():
+        torch.testing.assert_close(without[name], out, atol=2e-6, rtol=0)

@@ -278,7 +278,12 @@ class GmmAttention(VariantAttention):
     def ffn_outputs(self, q):
         """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14); the FFNs run as two matmuls (`ffn_weights`)."""
         w1, b1, w2, b2, sizes = self.ffn_weights()
-        out = F.linear(torch.tanh(F.linear(q, w1, b1)), w2, b2).split(sizes, dim=-1)
+        hidden = F.linear(q, w1, b1)
+        if torch.is_grad_enabled() or hidden.device.type != "cpu":
+            hidden = torch.tanh(hidden)
+        else:  # CPU decoding: tanh(x) = 2 sigmoid(2x) - 1, in place (within 2e-7); torch's CPU tanh is 3x slower
+            hidden = hidden.mul_(2).sigmoid_().mul_(2).sub_(1)
+        out = F.linear(hidden, w2, b2).split(sizes, dim=-1)
         return dict(zip(self.gmm_ffns, out))
 
     def ffn_weights(self):
