@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
@@ -330,6 +331,7 @@ def main(argv=None):
     kinds = ["train"] + ([] if args.no_decode else ["decode"])
     times = {k: {n: [] for n in models} for k in kinds}
     flops = {k: {} for k in kinds}
+    shares = {}
     # training, then decoding, as a user runs them: decoding with fixed weights keeps what a variant derives from
     # them alone (RAN's attention matrices) from one call to the next
     steps = {"train": lambda model, opt: train_step(model, opt, train_batch),
@@ -338,6 +340,7 @@ def main(argv=None):
         for name, (model, opt) in models.items():  # warm-up, not timed; then the FLOPs of a second, warm call
             steps[kind](model, opt)
             flops[kind][name] = matmul_flops(steps[kind], model, opt)
+        shares[kind] = attention_share(args, steps[kind], *models[STOCK])
         for order in rounds(args, models.items(), f"{kind}: interleaved rounds"):
             for name, (model, opt) in order:
                 times[kind][name].append(timed(args, steps[kind], model, opt))
@@ -350,6 +353,8 @@ def main(argv=None):
             for ref, value in ratios(times[kind], name).items():
                 row[f"{kind}_ratio_vs_{ref}"] = value
             row[f"{kind}_flop_ratio_vs_stock"] = flops[kind][STOCK] / flops[kind][name]
+            if name == STOCK:
+                row[f"{kind}_attention_share"] = shares[kind]
         if not args.no_memory:
             row["train_peak_mem_mib"] = memory_in_subprocess(name, argv)
         rows.append(row)
@@ -364,6 +369,23 @@ def matmul_flops(fn, *a) -> int:
     with counter:
         fn(*a)
     return counter.get_total_flops()
+
+
+def attention_share(args, fn, *a) -> float:
+    """The share of ``fn(*a)``'s operator time spent in the SDPA ops (forward and backward), by torch.profiler's
+    self time (CPU, or CUDA on a GPU). Measured on stock, it bounds what any attention variant can gain: one whose
+    attention cost nothing would run at most 1 / (1 - share) times as fast as stock (Python time outside the ops
+    is left out of the total, so the bound is generous)."""
+    cuda = args.device.startswith("cuda")
+    activities = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        fn(*a)
+        sync(args)
+    events = prof.key_averages()
+    time_of = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    total = sum(time_of(e) for e in events)
+    attention = sum(time_of(e) for e in events if "scaled_dot_product" in e.key)
+    return attention / total if total else 0.0
 
 
 class _NoModuleTracker:
@@ -424,8 +446,15 @@ def render_table(s: dict, rows) -> str:
         f"t_reference / t_preset (> 1 = faster); reference {STOCK} = stock {s['base']} with attn_implementation="
         f"\"sdpa\"; {s['device_name']}, {s['threads']} threads, torch {s['torch']}. FLOP bound: the matrix-product "
         f"FLOPs of stock / of the preset (torch's FlopCounterMode), the ratio a run bound by those products would "
-        f"reach\n"
+        f"reach"
     )
+    stock = next((r for r in rows if r["preset"] == STOCK and "train_attention_share" in r), None)
+    if stock is not None:  # what an attention variant can gain at all in this setting
+        shares = [(kind, stock[f"{kind}_attention_share"]) for kind in kinds]
+        head += (". Stock spends " + " and ".join(f"{share:.0%} of its {kind} time" for kind, share in shares)
+                 + " in the SDPA ops (torch.profiler): an attention that cost nothing would run at most "
+                 + " / ".join(f"{1 / (1 - share):.2f}x" for _, share in shares) + " as fast")
+    head += "\n"
     cols = ["preset"]
     for kind in kinds:
         cols += [f"{kind} vs stock SDPA", f"{kind} vs hf-attn softmax", f"{kind} s (median)", f"{kind} FLOP bound"]

@@ -70,6 +70,11 @@ def test_sentence_level_both_reference_columns(sentence_json):
     table = sentence_json.with_suffix(".md").read_text()
     assert "| rela-g |" in table and "train vs stock SDPA" in table and "decode vs hf-attn softmax" in table
     assert "decode FLOP bound" in table
+    # the attention share: measured on stock only, a fraction, and the bound it gives is in the table's header
+    for kind in ("train", "decode"):
+        share = rows["stock-sdpa"][f"{kind}_attention_share"]
+        assert 0 < share < 1 and f"{kind}_attention_share" not in rows["softmax"]
+        assert f"{share:.0%} of its {kind} time" in table and f"{1 / (1 - share):.2f}x" in table
 
 
 def test_stock_model_holds_the_softmax_weights(bench):
