@@ -321,3 +321,7 @@ def test_keep_mask_helpers_match_the_dense_mask(keep):
     real = keep.real_keys()
     assert torch.equal(real.expand(2, 1, 1, keep.k_len), dense.any(-2, keepdim=True).expand(2, 1, 1, keep.k_len))
     assert keep.real_keys() is real  # built once per stack
+    keep.sdpa_mask(torch.float32)
+    keep.zero_hidden(scores[..., : keep.q_len - 1, :])  # a sub-block
+    # what it builds once is kept under plain attribute names: dynamo cannot trace a dotted one ("_sdpa_torch.float32")
+    assert all(name.isidentifier() for name in vars(keep)), sorted(vars(keep))

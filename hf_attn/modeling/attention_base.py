@@ -336,7 +336,8 @@ class KeepMask:
             return None, False
         if self.explicit is None and self.padding is None and self.offset == 0 and self.q_len == self.k_len:
             return None, True
-        return self._once(f"_sdpa_{dtype}", lambda: self._build_sdpa(dtype)), False
+        # (an attribute name without dots: dynamo cannot trace a dotted one)
+        return self._once(f"_sdpa_{str(dtype).split('.')[-1]}", lambda: self._build_sdpa(dtype)), False
 
     def _build_sdpa(self, dtype: torch.dtype) -> torch.Tensor:
         hidden = self.hidden()
