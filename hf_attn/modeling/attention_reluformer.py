@@ -32,6 +32,8 @@ rela_norm="none", variant ``rela``).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
@@ -61,22 +63,24 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     """
     n = visible_keys(keep)
     nf = n.clamp(min=1).float()
-    factor = torch.full_like(nf, scaling)
-    if scale:
-        factor = factor / (gamma * torch.sqrt(nf / 2.0))  # Eq. 6: variance reduction factor gamma * sqrt(n/2)
     # relu(c x) = c relu(x) for c > 0: the per-query factor is folded into q (one [B,H,T,dh] product)
-    q = q * factor.to(q.dtype)
+    if scale:  # Eq. 6: the variance reduction factor gamma * sqrt(n/2): scaling / (gamma sqrt(n/2))
+        q = q * nf.rsqrt().mul_(scaling * math.sqrt(2.0) / gamma).to(q.dtype)
+    else:
+        q = q * scaling
     weights = None
     if use_blocks(q.shape[2], k.shape[2], chunk, need_weights):
         ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=stats)
     else:
         scores = torch.matmul(q, k.transpose(-1, -2))
         with float32_autocast_off(scores):
-            s = keep.zero_hidden(F.relu(scores).float())  # Eq. 5-6: multiplicative 0/1 mask, no -inf anywhere
+            # Eq. 5-6: relu (in place on the fresh product), multiplicative 0/1 mask, no -inf anywhere
+            s = keep.zero_hidden(scores.relu_().float())
             if stats:
                 raw_total = s.sum(-1)
                 s_log_s = (s * s.clamp(min=1e-30).log()).sum(-1)
-        ctx = torch.matmul(F.dropout(s, p=dropout, training=dropout > 0).to(v.dtype), v)
+        dropped = F.dropout(s, p=dropout, training=True) if dropout > 0 else s
+        ctx = torch.matmul(dropped if dropped.dtype == v.dtype else dropped.to(v.dtype), v)
         weights = s.to(q.dtype) if need_weights else None
     if not stats:
         return ctx, weights, None
