@@ -26,6 +26,12 @@ peak memory against L, stock SDPA the reference line) beside the JSON:
 
     python scripts/benchmark.py --presets reluformer --long 512,1024,2048,4096 --repeats 3 --output runs/bench_long.json
 
+`--profile` also runs three calls of every model under torch.profiler and tabulates where each preset spends time
+beyond stock: the extra operator self time (the operators with the largest extra first) and the extra time outside
+the operators (Python, dispatch), per training step and decoding call (in `--long` mode: per length):
+
+    python scripts/benchmark.py --presets rela-g,gmm --profile --output runs/bench_profile.json
+
 The README's Speed section is generated from such JSON files (the block between the benchmark markers):
 
     python scripts/benchmark.py --readme README.md --from runs/bench.json runs/bench_long.json
@@ -81,6 +87,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-memory", action="store_true", help="skip the per-model memory subprocesses")
     p.add_argument("--no-decode", action="store_true", help="time training steps only")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile three calls of every model (torch.profiler) and tabulate where each preset spends "
+                        "time beyond stock: the operators with the largest extra self time, and the time outside them")
     p.add_argument("--output", default="runs/benchmark.json", help="JSON results (a .md table is written beside)")
     p.add_argument("--long", default=None, help="long-sequence mode: comma list of lengths, e.g. 512,1024,2048,4096")
     p.add_argument("--long-batch", type=int, default=2, help="sequences per forward/backward in --long mode")
@@ -331,7 +340,7 @@ def main(argv=None):
     kinds = ["train"] + ([] if args.no_decode else ["decode"])
     times = {k: {n: [] for n in models} for k in kinds}
     flops = {k: {} for k in kinds}
-    shares = {}
+    profiles = {k: {} for k in kinds}
     # training, then decoding, as a user runs them: decoding with fixed weights keeps what a variant derives from
     # them alone (RAN's attention matrices) from one call to the next
     steps = {"train": lambda model, opt: train_step(model, opt, train_batch),
@@ -340,7 +349,8 @@ def main(argv=None):
         for name, (model, opt) in models.items():  # warm-up, not timed; then the FLOPs of a second, warm call
             steps[kind](model, opt)
             flops[kind][name] = matmul_flops(steps[kind], model, opt)
-        shares[kind] = attention_share(args, steps[kind], *models[STOCK])
+        for name, (model, opt) in models.items() if args.profile else [(STOCK, models[STOCK])]:
+            profiles[kind][name] = op_profile(args, steps[kind], model, opt)
         for order in rounds(args, models.items(), f"{kind}: interleaved rounds"):
             for name, (model, opt) in order:
                 times[kind][name].append(timed(args, steps[kind], model, opt))
@@ -354,7 +364,9 @@ def main(argv=None):
                 row[f"{kind}_ratio_vs_{ref}"] = value
             row[f"{kind}_flop_ratio_vs_stock"] = flops[kind][STOCK] / flops[kind][name]
             if name == STOCK:
-                row[f"{kind}_attention_share"] = shares[kind]
+                row[f"{kind}_attention_share"] = attention_share(profiles[kind][STOCK])
+            if name in profiles[kind] and args.profile:
+                row[f"{kind}_profile"] = profiles[kind][name]
         if not args.no_memory:
             row["train_peak_mem_mib"] = memory_in_subprocess(name, argv)
         rows.append(row)
@@ -371,21 +383,71 @@ def matmul_flops(fn, *a) -> int:
     return counter.get_total_flops()
 
 
-def attention_share(args, fn, *a) -> float:
-    """The share of ``fn(*a)``'s operator time spent in the SDPA ops (forward and backward), by torch.profiler's
-    self time (CPU, or CUDA on a GPU). Measured on stock, it bounds what any attention variant can gain: one whose
-    attention cost nothing would run at most 1 / (1 - share) times as fast as stock (Python time outside the ops
-    is left out of the total, so the bound is generous)."""
+def op_profile(args, fn, *a, calls: int = 3) -> dict:
+    """``calls`` calls of ``fn(*a)`` under torch.profiler, per call: ``{"wall_s": seconds, "op_s": operator total,
+    "ops": {operator: self seconds}}``, the operators' self time (CPU, or CUDA on a GPU), largest first; operators
+    under 0.1% of the total are left out. The wall time minus the operators' total is what runs outside them
+    (Python, dispatch, the profiler itself)."""
     cuda = args.device.startswith("cuda")
     activities = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     with profile(activities=activities) as prof:
-        fn(*a)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(*a)
         sync(args)
-    events = prof.key_averages()
+        wall = (time.perf_counter() - start) / calls
     time_of = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-    total = sum(time_of(e) for e in events)
-    attention = sum(time_of(e) for e in events if "scaled_dot_product" in e.key)
-    return attention / total if total else 0.0
+    ops = {e.key: time_of(e) / 1e6 / calls for e in prof.key_averages()}
+    total = sum(ops.values())
+    kept = sorted(((k, v) for k, v in ops.items() if v >= 1e-3 * total and v > 0), key=lambda kv: -kv[1])
+    return {"wall_s": wall, "op_s": total, "ops": dict(kept)}
+
+
+def attention_share(prof: dict) -> float:
+    """The share of a profiled call's operator time spent in the SDPA ops (forward and backward). Measured on
+    stock, it bounds what any attention variant can gain: one whose attention cost nothing would run at most
+    1 / (1 - share) times as fast as stock (Python time outside the ops is left out of the total, so the bound is
+    generous)."""
+    attention = sum(t for op, t in prof["ops"].items() if "scaled_dot_product" in op)
+    return attention / prof["op_s"] if prof["op_s"] else 0.0
+
+
+def extra_time(stock: dict, prof: dict, top: int = 4) -> dict:
+    """Where a preset's profiled call spends time beyond stock's: the difference in wall time, in operator time
+    and outside the operators, and the ``top`` operators with the largest extra self time (seconds)."""
+    ops = set(stock["ops"]) | set(prof["ops"])
+    delta = {op: prof["ops"].get(op, 0.0) - stock["ops"].get(op, 0.0) for op in ops}
+    return {
+        "wall_s": prof["wall_s"] - stock["wall_s"],
+        "op_s": prof["op_s"] - stock["op_s"],
+        "outside_s": (prof["wall_s"] - prof["op_s"]) - (stock["wall_s"] - stock["op_s"]),
+        "top": sorted(((op, d) for op, d in delta.items() if d > 0), key=lambda kv: -kv[1])[:top],
+    }
+
+
+def render_profile_table(rows, kinds, label=lambda r: r["preset"]) -> str:
+    """Markdown: per preset and kind, the profiled call's time against stock's and where the difference goes."""
+    intro = ("Where the time goes: three profiled calls per model, per call (torch.profiler, operator self time; "
+             "the profiler adds its own cost to every call); extra = preset - stock, in ms; outside ops = Python, "
+             "dispatch and the profiler")
+    lines = [intro, "",
+             "| preset | call | stock ms | preset ms | extra in ops | extra outside ops | largest extra ops (ms) |",
+             "|---|---|---|---|---|---|---|"]
+    stock_of = {}
+    for r in rows:
+        if r["preset"] == STOCK:
+            stock_of[r.get("length")] = r
+    for r in rows:
+        stock = stock_of.get(r.get("length"))
+        for kind in kinds:
+            prof, ref = r.get(f"{kind}_profile"), stock and stock.get(f"{kind}_profile")
+            if r["preset"] == STOCK or not prof or not ref:
+                continue
+            d = extra_time(ref, prof)
+            top = ", ".join(f"{op} {1e3 * t:+.1f}" for op, t in d["top"]) or "-"
+            lines.append(f"| {label(r)} | {kind} | {1e3 * ref['wall_s']:.1f} | {1e3 * prof['wall_s']:.1f} | "
+                         f"{1e3 * d['op_s']:+.1f} | {1e3 * d['outside_s']:+.1f} | {top} |")
+    return "\n".join(lines) if len(lines) > 4 else ""
 
 
 class _NoModuleTracker:
@@ -468,7 +530,8 @@ def render_table(s: dict, rows) -> str:
                       _x(r.get(f"{kind}_flop_ratio_vs_stock"))]
         cells += [_mib(r["train_peak_mem_mib"])] if mem else []
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    profiles = render_profile_table(rows, kinds)
+    return "\n".join(lines) + ("\n\n" + profiles if profiles else "")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -490,6 +553,8 @@ def long_main(args, argv):
         batch = make_batch(args, args.long_batch, length, length)
         for model in models.values():  # warm-up, not timed
             forward_backward(model, batch)
+        profiles = {name: op_profile(args, forward_backward, model, batch)
+                    for name, model in models.items()} if args.profile else {}
         times = {n: [] for n in models}
         for order in rounds(args, models.items(), f"length {length}: interleaved rounds"):
             for name, model in order:
@@ -504,6 +569,7 @@ def long_main(args, argv):
                 "fwd_bwd_ratio_vs_softmax": r["softmax"],
                 "tokens_per_s": 2 * length * args.long_batch / statistics.median(times[name]),
                 "peak_mem_mib": None if args.no_memory else memory_in_subprocess(name, argv, length),
+                **({"fwd_bwd_profile": profiles[name]} if name in profiles else {}),
             })
     results = finish(args, argv, {"long_rows": rows}, render_long_table(settings(args, argv), rows))
     plot = Path(args.output).with_suffix(".png")
@@ -530,7 +596,8 @@ def render_long_table(s: dict, rows) -> str:
             f"{r['fwd_bwd_median_s']:.3f}", f"{r['tokens_per_s']:.0f}", "-" if m is None and m0 is None else _mib(m),
             _x(m / m0 if m is not None and m0 else None),
         ]) + " |")
-    return "\n".join(lines)
+    profiles = render_profile_table(rows, ["fwd_bwd"], label=lambda r: f"{r['preset']} (L={r['length']})")
+    return "\n".join(lines) + ("\n\n" + profiles if profiles else "")
 
 
 def plot_long(rows, path: Path, title: str) -> None:

@@ -170,3 +170,32 @@ def test_rounds_rotate_the_order(bench):
     args = bench.parse_args(["--repeats", "4", "--presets", "rela-g,ran-d"])
     orders = [[name for name, _ in order] for order in bench.rounds(args, [("a", 1), ("b", 2), ("c", 3)], "test")]
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+
+
+def test_profile_tables_say_where_the_time_goes(bench, tmp_path):
+    """--profile: profiled calls per model; the table names each preset's extra operators against stock."""
+    out = tmp_path / "profile.json"
+    run_main(bench, ["--presets", "rela-g", *SENTENCE, "--no-memory", "--profile", "--output", str(out)])
+    rows = {r["preset"]: r for r in json.loads(out.read_text())["rows"]}
+    for r in rows.values():
+        for kind in ("train", "decode"):
+            prof = r[f"{kind}_profile"]
+            assert prof["wall_s"] > 0 and 0 < prof["op_s"] and sum(prof["ops"].values()) <= prof["op_s"] + 1e-9
+            assert list(prof["ops"].values()) == sorted(prof["ops"].values(), reverse=True)
+    assert any("scaled_dot_product" in op for op in rows["stock-sdpa"]["train_profile"]["ops"])
+    table = out.with_suffix(".md").read_text()
+    assert "Where the time goes" in table and "| rela-g | train |" in table and "| softmax | decode |" in table
+
+    long_out = tmp_path / "long_profile.json"
+    run_main(bench, [*LONG, "--no-memory", "--profile", "--output", str(long_out)])
+    assert "| softmax (L=24) | fwd_bwd |" in long_out.with_suffix(".md").read_text()
+
+
+def test_extra_time_against_stock(bench):
+    stock = {"wall_s": 1.0, "op_s": 0.8, "ops": {"aten::addmm": 0.5, "aten::_sdpa": 0.3}}
+    prof = {"wall_s": 1.5, "op_s": 1.1, "ops": {"aten::addmm": 0.5, "aten::relu": 0.2, "aten::bmm": 0.4}}
+    d = bench.extra_time(stock, prof)
+    assert d["wall_s"] == pytest.approx(0.5) and d["op_s"] == pytest.approx(0.3)
+    assert d["outside_s"] == pytest.approx(0.2)  # 0.4 outside the ops against stock's 0.2
+    assert [op for op, _ in d["top"]] == ["aten::bmm", "aten::relu"]  # only ops that cost more, largest first
+    assert bench.attention_share({"op_s": 0.8, "ops": {"aten::scaled_dot_product_attention": 0.2}}) == 0.25

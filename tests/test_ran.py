@@ -130,7 +130,9 @@ def test_eval_cache_used_by_generate_and_invalidated_by_updates():
         stack.initial_attention[:, 0, 0] += 5.0
         torch.testing.assert_close(stack.layer_logits(0, 1)[:, :1], stack.recurrence(stack.initial_attention[:, :1])[0])
 
-    # train() drops the cache
+    # eval() again (a loop calling it before each batch) keeps the cache; train() drops it
+    model.eval()
+    assert stack._eval_mats is not None
     model.train()
     assert stack._eval_mats is None and stack._eval_key is None
     model.eval()

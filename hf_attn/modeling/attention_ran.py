@@ -18,7 +18,7 @@ Parameters have one owner each (``save_pretrained`` refuses tensors shared by tw
 stack on ``model.model.encoder`` / ``model.model.decoder`` as ``ran_stack``; the stack's layers only hold an
 unregistered reference to it. The stack computes A_1..A_L once per forward in training (at its first layer),
 and once in total in eval mode (cached in float32 and reused by every decoding step: a cached step slices one row);
-the cache is dropped when a parameter changes (version counter / storage / dtype / device) or on ``train()``/``eval()``.
+the cache is dropped when a parameter changes (version counter / storage / dtype / device) or on ``train()``.
 
 Knobs: ``ran_max_positions`` (Lmax; longer inputs raise an error naming it, generation is capped to it),
 ``ran_transition`` ("ffn" | "tanh_layernorm"), ``ran_transition_dim`` (FFN hidden size, default 4 Lmax),
@@ -111,7 +111,10 @@ class RanStack(nn.Module):
             self.initial_attention.requires_grad_(False)
 
     def train(self, mode: bool = True):
-        self.clear_cache()
+        # entering training frees the eval matrices; eval() keeps them (they are keyed on the parameters'
+        # state, `_state_key`), so a loop that calls model.eval() before each batch does not recompute them
+        if mode:
+            self.clear_cache()
         return super().train(mode)
 
     def clear_cache(self) -> None:
