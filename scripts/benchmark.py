@@ -433,10 +433,7 @@ def render_profile_table(rows, kinds, label=lambda r: r["preset"]) -> str:
     lines = [intro, "",
              "| preset | call | stock ms | preset ms | extra in ops | extra outside ops | largest extra ops (ms) |",
              "|---|---|---|---|---|---|---|"]
-    stock_of = {}
-    for r in rows:
-        if r["preset"] == STOCK:
-            stock_of[r.get("length")] = r
+    stock_of = {r.get("length"): r for r in rows if r["preset"] == STOCK}
     for r in rows:
         stock = stock_of.get(r.get("length"))
         for kind in kinds:
