@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 ACTIVATIONS = ("relu", "gelu", "leaky_relu")
-_TINY = 1e-30  # log a reads log(max(a, tiny)): log and xlogy are slow on zeros; relu zeroes the gradient where a = 0
+_TINY = 1e-30  # log a reads log(max(a, tiny)): log is slow on zeros; relu zeroes the gradient where a = 0
 
 
 def activate(x: torch.Tensor, activation: str, slope: float = 0.01, inplace: bool = False) -> torch.Tensor:
