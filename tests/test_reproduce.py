@@ -136,6 +136,29 @@ def test_claim_texts_fit_a_markdown_table():
         assert "|" not in c.claim + c.criterion + c.explanation, c.claim
 
 
+def test_budget_trend_traces_the_gap_over_budgets():
+    from hf_attn.reproduce.claims import budget_trend
+
+    def record(preset, steps, seed=42):
+        spec = {"preset": preset, "source": "de", "target": "en", "steps": steps, "seed": seed, "base": "marian"}
+        return {"name": f"de-en_{steps}steps_seed{seed}_{preset}", "spec": spec}
+
+    def bleu(delta, lo, hi):
+        return {"bleu": {"delta": delta, "ci": [lo, hi], "p_value": 0.001}}
+
+    records = [record("rela-g", 600), record("rela-g", 1800), record("rela-g", 600, seed=43), record("softmax", 600)]
+    sig = {"de-en_600steps_seed42_rela-g": bleu(-3.6, -4.2, -3.1), "de-en_1800steps_seed42_rela-g": bleu(-4.0, -4.7, -3.3),
+           "de-en_600steps_seed43_rela-g": bleu(-1.0, -1.5, -0.5)}
+    text = budget_trend(records, sig, "rela-g")
+    assert "-3.6 [-4.2, -3.1] at 600 steps, -4.0 [-4.7, -3.3] at 1,800 steps" in text
+    assert "3x the steps the gap held" in text and "seed 43" not in text  # one budget only: no trend
+    sig["de-en_1800steps_seed42_rela-g"] = bleu(-1.0, -1.6, -0.4)
+    assert "gap narrowed" in budget_trend(records, sig, "rela-g")
+    sig["de-en_1800steps_seed42_rela-g"] = bleu(-6.0, -6.6, -5.4)
+    assert "gap widened" in budget_trend(records, sig, "rela-g")
+    assert budget_trend(records, sig, "gmm") == ""
+
+
 def test_reproduce_with_bart_on_files(tmp_path):
     """The matrix runs BART too (and data files, given after --); the record says which base it trained."""
     out, runs = tmp_path / "results", tmp_path / "runs"
