@@ -118,6 +118,8 @@ class _BlockwiseReluAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, keep, opts):
         _, _, dropout, chunk, _, stats, seed = opts
+        # head-split projections are transposed views: every block's matmul would copy its slices (~10% of the time)
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         b, h, t, _ = q.shape
         wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
         out = torch.zeros(b, h, t, v.shape[-1], dtype=wide, device=q.device)
@@ -141,6 +143,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
         q, k, v = ctx.saved_tensors
         keep, opts = ctx.keep, ctx.opts
         activation, slope, dropout, chunk, _, stats, seed = opts
+        grad_out = None if grad_out is None else grad_out.contiguous()  # (as q, k, v in forward)
         wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
         dq, dk, dv = (torch.zeros(x.shape, dtype=wide, device=x.device) for x in (q, k, v))
         scratch = _Scratch()
