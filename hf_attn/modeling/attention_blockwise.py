@@ -162,7 +162,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
             if stats and (grad_total is not None or grad_s_log_s is not None):
                 # d sum_j a_ij / da_ij = 1 and d sum_j a_ij log a_ij / da_ij = log a_ij + 1 (a > 0; relu zeroes the
                 # rest): the per-row terms in one pass, then the log
-                rows = sum(g[:, :, q0:q1, None] for g in (grad_total, grad_s_log_s) if g is not None)
+                rows = sum(t[:, :, q0:q1, None] for t in (grad_total, grad_s_log_s) if t is not None)
                 grad_a.add_(rows)
                 if grad_s_log_s is not None:
                     grad_a.addcmul_(scratch.log_of(a), grad_s_log_s[:, :, q0:q1, None])
