@@ -47,6 +47,11 @@ def _fails(name, ref):
     return check
 
 
+def delta_ci(d: dict) -> str:
+    """A paired-bootstrap difference with its 95% interval, e.g. ``-4.0 [-4.7, -3.3]``."""
+    return f"{d['delta']:+.1f} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}]"
+
+
 def _fmt(x):
     return "-" if x is None else f"{x:.1f}"
 
@@ -58,7 +63,7 @@ def _bleu_delta(name, holds):
         if not s:
             return False, f"`{name}` has no comparison with softmax"
         d = s["bleu"]
-        return holds(d["delta"], d["ci"]), f"ΔBLEU {d['delta']:+.1f} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}], p = {d['p_value']:.3f}"
+        return holds(d["delta"], d["ci"]), f"ΔBLEU {delta_ci(d)}, p = {d['p_value']:.3f}"
     return check
 
 
@@ -141,9 +146,9 @@ CLAIMS = (
           "The validation losses of the two runs are level until about step 400 and part only after (see the plot): "
           "at 600 steps (1.3 epochs) the models are far from converged, and the paper compares fully trained models "
           "(300k steps). Whether the gap is a slower start or a lower ceiling shows in how it moves with the budget "
-          "(the last sentence here, once a setup has two budgets) and beside the seed spread. The gap was smaller under hf-attn's "
-          "earlier default (swish feed-forward, no attention dropout); which of the two changes matters is not "
-          "measured yet.", trend="rela-g"),
+          "(the last sentence here, once a setup has two budgets) and beside the seed spread. The gap was smaller "
+          "under hf-attn's earlier default (swish feed-forward, no attention dropout); which of the two changes "
+          "matters is not measured yet.", trend="rela-g"),
     Claim("GMM", "The gate leans on the Gaussian mixture in the lower decoder layers (Figure 5)",
           "mean gate of the first decoder layer > that of the last", ("gmm",), _gmm_gate,
           "A short run leaves the gate near its initial value; the paper's layer pattern emerges with training."),
@@ -206,7 +211,7 @@ def budget_trend(records: list[dict], sig: dict, preset: str) -> str:
         toward_zero = (last["delta"] > hi) if first["delta"] < 0 else (last["delta"] < lo)
         away = (last["delta"] < lo) if first["delta"] < 0 else (last["delta"] > hi)
         verdict = "narrowed" if toward_zero else "widened" if away else "held (within the shorter run's interval)"
-        steps = ", ".join(f"{b['delta']:+.1f} [{b['ci'][0]:+.1f}, {b['ci'][1]:+.1f}] at {n:,} steps" for n, b in points)
+        steps = ", ".join(f"{delta_ci(b)} at {n:,} steps" for n, b in points)
         sentences.append(f"ΔBLEU of `{preset}` against softmax by budget ({src}-{tgt}, seed {seed}, {base}): {steps}; "
                          f"with {points[-1][0] / points[0][0]:.0f}x the steps the gap {verdict}.")
     return " ".join(sentences)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..analysis.common import pyplot, save_figure
 from ..io_utils import dumps_strict, replace_marked_block
+from .claims import claims_section, delta_ci
 
 SITES = ("encoder", "decoder", "cross")
 STATS = ("sparsity", "null_rate", "entropy", "head_diversity")
@@ -123,8 +124,7 @@ def headline_table(runs: list[dict], sig: dict) -> list[str]:
             continue
         res, probe = r["results"], r["analysis"]["probe"]
         s = sig.get(r["name"])
-        d = (f"{s['bleu']['delta']:+.1f} [{s['bleu']['ci'][0]:+.1f}, {s['bleu']['ci'][1]:+.1f}]", f"{s['bleu']['p_value']:.3f}",
-             f"{s['chrf']['delta']:+.1f} [{s['chrf']['ci'][0]:+.1f}, {s['chrf']['ci'][1]:+.1f}]") if s else \
+        d = (delta_ci(s["bleu"]), f"{s['bleu']['p_value']:.3f}", delta_ci(s["chrf"])) if s else \
             ("(baseline)" if p == "softmax" else "no softmax run", "", "")
         lines.append(f"| {p} | {res['bleu']:.1f} | {res['chrf']:.1f} | {d[0]} | {d[1]} | {d[2]} | "
                      f"{_fmt(res.get('validation_loss'), '.3f')} | {probe['loss_true']:.2f} / {probe['loss_shuffled']:.2f} | "
@@ -227,8 +227,6 @@ def plot_attention_stats(runs: list[dict], path: Path, title: str) -> Path:
 # -------------------------------------------------------------------------------------------------- the report
 def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", readme: Path | None = None) -> Path:
     """Rebuild ``REPORT.md``, ``report.json`` and ``plots/`` in ``output_dir`` from its records."""
-    from .claims import claims_section
-
     output_dir = Path(output_dir)
     records = load_records(output_dir)
     plan = json.loads((output_dir / "plan.json").read_text()) if (output_dir / "plan.json").is_file() else []
