@@ -211,3 +211,12 @@ def test_reluformer_ablation_claims_judge_bleu_and_entropy():
     runs = {"reluformer": run(7.2, 2.0), "reluformer-no-reg": run(6.5, 0.5)}  # within the spread; entropy lower
     assert not _lower_bleu("reluformer-no-reg", "reluformer")(runs, {})[0]
     assert _entropy_falls("reluformer-no-reg", "reluformer")(runs, {})[0]
+
+
+def test_machine_lines_name_the_runs_of_each_setup():
+    def rec(name, device):
+        return {"name": name, "results": {"device": device}}
+
+    assert rep.machine_lines([rec("a", "CPU"), rec("b", "CPU"), {"name": "c"}]) == ["- CPU: all runs"]
+    assert rep.machine_lines([rec("b", "CPU, kept"), rec("a", "CPU"), rec("c", "CPU")]) == ["- CPU: a, c",
+                                                                                            "- CPU, kept: b"]

@@ -4,6 +4,9 @@ the training-step hook, the time budget, and the metrics (sacrebleu and the ship
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -240,3 +243,31 @@ def test_softmax_reference_comes_from_a_matching_reproduce_record(monkeypatch, t
                    {"training": {**common["training"], "embedding_init_std": 0.02}},
                    {"data": {"corpus": "bible", "source_code": "s", "target_code": "4"}}):
         assert reference.reference_for({**run, **change}) is None, change
+
+
+FAULTS_PER_STEP = """
+import resource, sys, torch
+from hf_attn.training.cpu_memory import keep_freed_memory
+print(keep_freed_memory())
+for _ in range(2):  # a training step's large tensors: allocated, written, freed
+    torch.ones(16 * 2**20).sum()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    torch.ones(16 * 2**20).sum()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_cpu_training_reuses_freed_memory_without_page_faults():
+    """64 MB blocks (above glibc's mmap threshold) freed and allocated again: with `keep_freed_memory` the pages are
+    reused; with HF_ATTN_MALLOC=system each block is 16,384 fresh pages from the kernel."""
+    def faults(**env):
+        out = subprocess.run([sys.executable, "-c", FAULTS_PER_STEP], capture_output=True, text=True, check=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1", **env}).stdout.split()
+        return out[0] == "True", int(out[1])
+
+    applied, kept = faults()
+    system, fresh = faults(HF_ATTN_MALLOC="system")
+    assert applied and not system
+    assert kept < 500 and fresh > 5 * 16_000, (kept, fresh)

@@ -288,12 +288,24 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     md += claims_md
     md += ["## Signatures", ""] + sorted({f"- BLEU `{r['results']['bleu_signature']}`, chrF `{r['results']['chrf_signature']}`"
                                          for r in records if r.get("results")}) + [""]
-    md += ["## Machines", ""] + sorted({f"- {r['results']['device']}" for r in records if r.get("results")}) + [""]
+    md += ["## Machines", ""] + machine_lines(records) + [""]
     (output_dir / "REPORT.md").write_text("\n".join(md), encoding="utf-8")
     (output_dir / "report.json").write_text(dumps_strict(summary, indent=1), encoding="utf-8")
     if readme is not None:
         update_readme(Path(readme), records, sig, order)
     return output_dir / "REPORT.md"
+
+
+def machine_lines(records: list[dict]) -> list[str]:
+    """One line per machine setup (the `device` of results.json): all runs, or the runs it trained (the tokens/s
+    columns compare only within a setup)."""
+    runs = defaultdict(list)
+    for r in records:
+        if r.get("results"):
+            runs[r["results"]["device"]].append(r["name"])
+    if len(runs) == 1:
+        return [f"- {device}: all runs" for device in runs]
+    return [f"- {device}: {', '.join(sorted(names))}" for device, names in sorted(runs.items())]
 
 
 def variant_lines(runs: list[dict]) -> list[str]:

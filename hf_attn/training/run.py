@@ -12,6 +12,11 @@ import logging
 import os
 import platform
 import time
+
+try:
+    import resource  # POSIX only
+except ImportError:
+    resource = None
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -113,13 +118,14 @@ def _last_checkpoint(output_dir: Path) -> str | None:
     return newest_complete_checkpoint(output_dir)[0]
 
 
-def _device_name(targs) -> str:
+def _device_name(targs, kept_memory: bool = False) -> str:
     import torch
 
     dev = str(targs.device)
     if dev.startswith("cuda") and torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} x{max(1, targs.world_size)}"
-    return f"{platform.machine()} CPU, {torch.get_num_threads()} threads x {max(1, targs.world_size)} process(es)"
+    return (f"{platform.machine()} CPU, {torch.get_num_threads()} threads x {max(1, targs.world_size)} process(es)"
+            + (", malloc keeps freed memory" if kept_memory else ""))
 
 
 def _prepare_output_dir(out_dir: Path, hargs, given: set) -> tuple[Path, str | None]:
@@ -335,7 +341,8 @@ def _results(c, model, src_test: list[str], hyps: list[str]) -> dict:
         "decode_seconds": round(dec_seconds, 1),
         "decode_sentences_per_second": round(len(src_test) / dec_seconds, 2) if dec_seconds > 0 else None,
         "total_seconds": round(time.time() - c.t_start, 1),
-        "device": _device_name(targs), "world_size": targs.world_size,
+        "device": _device_name(targs, c.kept_memory), "world_size": targs.world_size,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 if resource else None,
         "model_config": {k: getattr(model.config, k, None) for k in (
             "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim", "vocab_size",
             "activation_function", "dropout", "attention_dropout", "activation_dropout", "scale_embedding",
@@ -382,6 +389,7 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     from transformers import set_seed
 
     from ..data import load_corpus, tokenize_split
+    from .cpu_memory import keep_freed_memory
     from .validate import check_cache_dir, check_model_flags
 
     overrides = dict(overrides or {})
@@ -392,6 +400,7 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     check_cache_dir(hargs, trains_tokenizer=not (hargs.tokenizer_name or hargs.init_from or (
         hargs.resume and (out_dir / "tokenizer_config.json").is_file())))
     set_seed(targs.seed)
+    kept_memory = str(targs.device) == "cpu" and keep_freed_memory()  # no page faults per step (cpu_memory.py)
     base = hargs.base
 
     # ---------------------------------------------------------------------------------------------- data
@@ -438,7 +447,7 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, hargs=hargs, targs=targs, out_dir=out_dir, base=base,
         overrides=overrides, n_params=n_params, train_ds=train_ds, eval_ds=eval_ds, val=val, loss_hist=loss_hist,
         budget=budget, plan=plan, train_seconds=train_seconds, tokens=tokens, tokenizer_info=tokenizer_info,
-        embedding_init_std=embedding_init_std, t_start=t_start, push_after=push_after))
+        embedding_init_std=embedding_init_std, t_start=t_start, push_after=push_after, kept_memory=kept_memory))
 
 def loss_curves(log_history: list[dict], final_step: int, final_validation_loss) -> dict:
     """``{"train_loss": [[step, loss], ...], "validation_loss": [[step, loss], ...]}`` from Trainer's log history

@@ -1,0 +1,34 @@
+"""CPU training without a page fault per tensor: glibc's malloc keeps the memory a step frees, for the next step.
+
+glibc serves every allocation above its mmap threshold (32 MiB at most) with fresh pages from the kernel and hands
+them back on free. A training step of the default model allocates its logits and their gradients anew
+(batch x length x vocabulary floats: 64 x 40 x 8,002 x 4 B = 82 MB each), so the kernel maps and zeroes about 150,000
+pages per step. Measured on the 2-core CPU machine (default Marian, batch 64 x 40, 1 thread): 0.4-0.5 s of system
+time in a 3-3.7 s step. With mmap off and trimming off, freed blocks are reused and the step spends no time in the
+kernel; the cost is that memory the process frees stays with it (peak RSS grew by about 15% over 25 steps of mixed
+lengths). ``HF_ATTN_MALLOC=system`` keeps glibc's defaults.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's <malloc.h>
+M_MMAP_MAX = -4
+
+
+def keep_freed_memory() -> bool:
+    """Turn off glibc's mmap for large blocks and its heap trimming in this process; True if done.
+
+    Does nothing (False) off Linux/glibc or with ``HF_ATTN_MALLOC=system``. Affects allocations made afterwards."""
+    if os.environ.get("HF_ATTN_MALLOC", "").lower() == "system":
+        return False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+    except (OSError, AttributeError):
+        return False
