@@ -220,3 +220,23 @@ def test_machine_lines_name_the_runs_of_each_setup():
     assert rep.machine_lines([rec("a", "CPU"), rec("b", "CPU"), {"name": "c"}]) == ["- CPU: all runs"]
     assert rep.machine_lines([rec("b", "CPU, kept"), rec("a", "CPU"), rec("c", "CPU")]) == ["- CPU: a, c",
                                                                                             "- CPU, kept: b"]
+
+
+def test_loss_gap_says_where_the_validation_losses_part():
+    from hf_attn.reproduce.claims import loss_gap
+
+    def record(preset, steps, curve):
+        spec = {"preset": preset, "source": "de", "target": "en", "steps": steps, "seed": 42, "base": "marian"}
+        return {"spec": spec, "results": {"curves": {"validation_loss": [[100 * (i + 1), v] for i, v in enumerate(curve)]}}}
+
+    soft = [6.7, 6.4, 5.7, 5.3, 4.7, 4.5]
+    records = [record("softmax", 600, soft), record("rela-g", 600, [6.6, 6.5, 5.6, 5.4, 4.9, 4.6]),
+               record("rela-g", 1800, [7.0, 7.0, 7.0])]  # no softmax run of 1,800 steps: not used
+    text = loss_gap(records, "rela-g")
+    assert text == ("Validation loss of `rela-g` minus softmax's (de-en, seed 42, marian, 600 steps): -0.10 at step 100; "
+                    "it stays above softmax's from step 400 on; largest +0.20 (step 500), +0.10 at step 600.")
+    records[1] = record("rela-g", 600, [v - 0.1 for v in soft])
+    assert "does not stay above softmax's" in loss_gap(records, "rela-g")
+    records[1] = record("rela-g", 600, [v + 0.1 * i for i, v in enumerate(soft)])
+    assert loss_gap(records, "rela-g").endswith("from step 200 on; largest at the end, +0.50 at step 600.")
+    assert loss_gap(records, "gmm") == ""
