@@ -12,17 +12,17 @@ import logging
 import os
 import platform
 import time
-
-try:
-    import resource  # POSIX only
-except ImportError:
-    resource = None
 from pathlib import Path
 from types import SimpleNamespace
 
 from ..errors import HfAttnInputError
 from ..io_utils import ensure_writable_dir, write_json
 from ..rundir import read_run_args
+
+try:
+    import resource  # POSIX only
+except ImportError:
+    resource = None
 
 logger = logging.getLogger("hf_attn")
 
