@@ -59,6 +59,7 @@ from transformers import BartConfig, BartForConditionalGeneration, MarianConfig,
 
 import hf_attn
 from hf_attn.io_utils import replace_marked_block, write_json
+from hf_attn.training.cpu_memory import proc_status_kib
 
 STOCK = "stock-sdpa"  # the reference model's row name
 DEFAULT_PRESETS = "softmax,sparsemax,entmax15,rela-g,gmm,ran-all,ran-d,calibration-gate"
@@ -243,17 +244,6 @@ def ratios(times: dict, name: str) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # Peak memory, each model in a fresh subprocess
 # ---------------------------------------------------------------------------------------------------------------
-def _proc_status_kib(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def cpu_peak_growth_mib(fn, *a) -> float:
     """Peak RSS growth (MiB) while running ``fn(*a)``.
 
@@ -269,12 +259,12 @@ def cpu_peak_growth_mib(fn, *a) -> float:
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset VmHWM to the current RSS
-        before = _proc_status_kib("VmRSS")
+        before = proc_status_kib("VmRSS")
     except OSError:
         before = None
     if before is not None:
         fn(*a)
-        peak = _proc_status_kib("VmHWM")
+        peak = proc_status_kib("VmHWM")
         return max(0, peak - before) / 1024
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     fn(*a)

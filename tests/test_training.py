@@ -271,3 +271,21 @@ def test_cpu_training_reuses_freed_memory_without_page_faults():
     system, fresh = faults(HF_ATTN_MALLOC="system")
     assert applied and not system
     assert kept < 500 and fresh > 5 * 16_000, (kept, fresh)
+
+
+BIG_PARENT = """
+import subprocess, sys
+big = bytearray(2 * 2**30)  # 2 GiB, every page touched: the parent's RSS
+child = "import resource; from hf_attn.training.cpu_memory import peak_rss_mib; " \\
+        "print(peak_rss_mib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
+print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status")
+def test_peak_rss_of_a_child_is_its_own_not_its_parents():
+    """results.json's peak_rss_mib in a child of `hf-attn reproduce`: ru_maxrss would carry the parent's 2 GiB
+    across fork and exec; VmHWM is the child's own peak."""
+    out = subprocess.run([sys.executable, "-c", BIG_PARENT], capture_output=True, text=True, check=True).stdout
+    peak, maxrss = map(int, out.split())
+    assert maxrss >= 2048 and 0 < peak < 1500, (peak, maxrss)

@@ -15,6 +15,11 @@ import ctypes
 import os
 import platform
 
+try:
+    import resource  # POSIX only
+except ImportError:
+    resource = None
+
 M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's <malloc.h>
 M_MMAP_MAX = -4
 
@@ -32,3 +37,25 @@ def keep_freed_memory() -> bool:
         return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
     except (OSError, AttributeError):
         return False
+
+
+def proc_status_kib(field: str) -> int | None:
+    """A ``kB`` field of /proc/self/status (``VmRSS``, ``VmHWM``), or None where there is no /proc."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_rss_mib() -> int | None:
+    """This process's peak resident memory in MiB: VmHWM, which starts afresh at exec. ``ru_maxrss`` is only the
+    fallback (no /proc): Linux carries a parent's RSS at fork into the child's maxrss across exec, so in a child of
+    ``hf-attn reproduce`` it reads the parent's size when the child itself stays smaller."""
+    peak = proc_status_kib("VmHWM")
+    if peak is not None:
+        return peak // 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 if resource else None

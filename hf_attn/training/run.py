@@ -18,11 +18,7 @@ from types import SimpleNamespace
 from ..errors import HfAttnInputError
 from ..io_utils import ensure_writable_dir, write_json
 from ..rundir import read_run_args
-
-try:
-    import resource  # POSIX only
-except ImportError:
-    resource = None
+from .cpu_memory import keep_freed_memory, peak_rss_mib
 
 logger = logging.getLogger("hf_attn")
 
@@ -342,7 +338,7 @@ def _results(c, model, src_test: list[str], hyps: list[str]) -> dict:
         "decode_sentences_per_second": round(len(src_test) / dec_seconds, 2) if dec_seconds > 0 else None,
         "total_seconds": round(time.time() - c.t_start, 1),
         "device": _device_name(targs, c.kept_memory), "world_size": targs.world_size,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 if resource else None,
+        "peak_rss_mib": peak_rss_mib(),
         "model_config": {k: getattr(model.config, k, None) for k in (
             "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim", "vocab_size",
             "activation_function", "dropout", "attention_dropout", "activation_dropout", "scale_embedding",
@@ -389,7 +385,6 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     from transformers import set_seed
 
     from ..data import load_corpus, tokenize_split
-    from .cpu_memory import keep_freed_memory
     from .validate import check_cache_dir, check_model_flags
 
     overrides = dict(overrides or {})
