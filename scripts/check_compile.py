@@ -361,7 +361,8 @@ def update_readme(readme: Path, sources: list[Path], timings: bool = True) -> st
         kept = [r for r in result["rows"] if r["preset"] not in later]
         if not kept:
             continue
-        table = render_table({**result, "rows": kept}, timings)
+        # timing columns only for a run that timed something (--repeats 0 checks correctness alone)
+        table = render_table({**result, "rows": kept}, timings and result["settings"]["repeats"] > 0)
         dropped = sorted({r["preset"] for r in result["rows"]} - {r["preset"] for r in kept})
         note = [f"(rows of {', '.join(dropped)} superseded by a later run below)"] if dropped else []
         parts += ["", "```bash", result["settings"]["command"], "```", "", table, *([""] + note if note else [])]

@@ -85,6 +85,14 @@ def test_readme_block_and_json(check, results, tmp_path):
     assert text.startswith(before + check.README_START) and text.endswith(check.README_END + after)
     assert "old" not in text and "| gmm-synthesis | ok | ok | ok | skipped | ok |" in text and "speedup" not in text
     assert "encoder_attention=rela, decoder_attention=recurrent" in text
+    check.main(["--readme", str(readme), "--from", str(path)])  # a --repeats 0 run shows no timing columns
+    assert "| gmm-synthesis | ok | ok | ok | skipped | ok |" in readme.read_text() and "speedup" not in readme.read_text()
+    timed = tmp_path / "timed.json"
+    row = {**result["rows"][0], "compile_s": {"train": 90.0, "greedy": 60.0}, "train_speedup": 1.5}
+    timed.write_text(json.dumps({"settings": {**result["settings"], "repeats": 3}, "rows": [row]}))
+    check.main(["--readme", str(readme), "--from", str(timed)])
+    breaks = row["graph_breaks"]["count"]
+    assert f"| gmm-synthesis | ok | ok | ok | skipped | ok | {breaks} | 90 / 60 / - / - | 1.50x | - |" in readme.read_text()
     (tmp_path / "plain.md").write_text("no markers\n")
     with pytest.raises(SystemExit, match="no block between <!-- compile:start -->"):
         check.main(["--readme", str(tmp_path / "plain.md"), "--from", str(path)])
