@@ -14,10 +14,12 @@ class Claim:
     claim: str
     criterion: str
     presets: tuple  # the runs it needs in one setup
-    check: Callable  # (runs: {preset: record}, sig: {name: bootstrap}) -> (holds: bool, what we see: str)
+    check: Callable  # (runs: {preset: record}, sig: {name: bootstrap}) -> (holds: bool, what we see: str);
+    # a benchmark claim's: (rows: {preset: benchmark row}, settings) -> the same
     explanation: str  # our best explanation where it does not hold
     judges_failed_runs: bool = False  # the claim is about divergence: a failed run is evidence, not a gap
     trend: str | None = None  # a preset whose validation-loss gap and ΔBLEU against softmax the explanation traces
+    benchmark: bool = False  # judged on `scripts/benchmark.py` results ({preset: row}, settings), not on the runs
 
 
 def _site(r, site, stat):
@@ -122,14 +124,19 @@ def _mask_concentrates(runs, sig):
                    "; share of the importance 1 - m on the top 10% of tokens " + ", ".join(f"{x:.2f}" for x in top))
 
 
-def _faster_decoding(name):
-    def check(runs, sig):
-        r, b = runs[name]["results"], runs["softmax"]["results"]
-        a, c = r.get("decode_sentences_per_second"), b.get("decode_sentences_per_second")
-        if not a or not c:
-            return False, "no decoding speed recorded"
-        return a > c, (f"{a:.1f} vs softmax {c:.1f} test sentences/s ({a / c:.2f}x; beam 4, measured beside another "
-                       "run: `scripts/benchmark.py` gives the controlled figure)")
+def _faster_decoding(name, also=(), margin=0.05):
+    """From a `scripts/benchmark.py` result (``rows``: {preset: row}, ``settings``): ``name`` decodes more than
+    ``margin`` (the benchmark's noise) faster than stock transformers with SDPA, median of interleaved rounds."""
+    def check(rows, settings):
+        r = rows[name]
+        seen = [f"`{p}` {rows[p]['decode_ratio_vs_stock']:.2f}x" for p in (name, *also) if p in rows]
+        soft = [f"{rows[p]['decode_ratio_vs_softmax']:.2f}x" for p in (name, *also) if p in rows]
+        share = rows.get("stock-sdpa", {}).get("decode_attention_share")
+        return r["decode_ratio_vs_stock"] > 1 + margin, (
+            f"{', '.join(seen)} stock SDPA's decoding speed ({' / '.join(soft)} hf-attn softmax's); beam "
+            f"{settings['beams']}, {settings['decode_batch']} x {settings['decode_len']} tokens, median of "
+            f"{settings['repeats']} interleaved rounds"
+            + (f"; stock spends {share:.0%} of a decoding call in SDPA" if share is not None else ""))
     return check
 
 
@@ -210,9 +217,14 @@ CLAIMS = (
           "the 95% interval of ΔBLEU reaches 0 or above", ("ran-d", "softmax"), _not_worse("ran-d"),
           "RAN learns its attention pattern from position alone in the decoder; it needs more updates than this budget "
           "to learn a good one.", trend="ran-d"),
-    Claim("RAN", "RAN decodes faster than softmax (Section 4.3: up to 1.2x)", "test sentences/s of `ran-d` > softmax's",
-          ("ran-d", "softmax"), _faster_decoding("ran-d"),
-          "At 3+3 layers and 30-token verses on a CPU, the attention is a small share of a decoding step."),
+    Claim("RAN", "RAN-ALL decodes faster than the Transformer (Section 4.3, Figure 3: about 1.2x across beam sizes)",
+          "`ran-all` beam search more than 1.05x as fast as stock transformers with SDPA (`scripts/benchmark.py`; "
+          "±0.05 is its noise)", ("ran-all",), _faster_decoding("ran-all", also=("ran-d",)),
+          "RAN saves only the self-attention's query-key product and softmax; cross-attention, the linear layers and "
+          "the beam bookkeeping stay. In this small model the stock model spends the share given beside the ratios "
+          "in its attention op, so even self-attention that cost nothing would decode at most 1 / (1 - share) as "
+          "fast; the paper measures a 6+6-layer, 512-dim Transformer with batches of up to 100 sentences.",
+          benchmark=True),
 )
 
 
@@ -277,24 +289,39 @@ def loss_gap(records: list[dict], preset: str) -> str:
     return " ".join(sentences)
 
 
-def claims_section(records: list[dict], sig: dict) -> tuple[list[str], list[dict]]:
+def judge(c: Claim, by_setup: dict, sig: dict, benchmarks: dict) -> list[dict]:
+    """Where ``c`` can be judged, whether it holds and what we see: per setup of runs, or per benchmark result."""
+    seen = []
+    if c.benchmark:
+        for label, result in sorted(benchmarks.items()):
+            rows = {r["preset"]: r for r in result["rows"]}
+            if all(p in rows and "decode_ratio_vs_stock" in rows[p] for p in c.presets):
+                holds, what = c.check(rows, result["settings"])
+                seen.append({"setup": label, "holds": bool(holds), "observed": what})
+        return seen
+    for setup, runs in sorted(by_setup.items()):
+        if not all(p in runs for p in c.presets):
+            continue
+        if not c.judges_failed_runs and any(runs[p]["status"] != "complete" for p in c.presets):
+            continue
+        try:
+            holds, what = c.check(runs, sig)
+        except (KeyError, TypeError, ValueError):  # a run this claim reads has no such figure (failed run)
+            continue
+        seen.append({"setup": setup, "holds": bool(holds), "observed": what})
+    return seen
+
+
+def claims_section(records: list[dict], sig: dict, benchmarks: dict | None = None) -> tuple[list[str], list[dict]]:
+    """The claims table and its explanations; ``benchmarks``: {label: a `scripts/benchmark.py` result} for the
+    speed claims."""
     by_setup = defaultdict(dict)
     for r in records:
         by_setup[r["setup"]][r["spec"]["preset"]] = r
     rows, md = [], ["## What the papers claim, and what we see", "",
                     "| paper | claim | criterion | setup | what we see | verdict |", "|---|---|---|---|---|---|"]
     for c in CLAIMS:
-        seen = []
-        for setup, runs in sorted(by_setup.items()):
-            if not all(p in runs for p in c.presets):
-                continue
-            if not c.judges_failed_runs and any(runs[p]["status"] != "complete" for p in c.presets):
-                continue
-            try:
-                holds, what = c.check(runs, sig)
-            except (KeyError, TypeError, ValueError):  # a run this claim reads has no such figure (failed run)
-                continue
-            seen.append({"setup": setup, "holds": bool(holds), "observed": what})
+        seen = judge(c, by_setup, sig, benchmarks or {})
         verdict = ("not measured yet" if not seen else "agrees" if all(s["holds"] for s in seen) else
                    "disagrees" if not any(s["holds"] for s in seen) else "mixed")
         explanation = None

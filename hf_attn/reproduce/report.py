@@ -225,6 +225,21 @@ def plot_attention_stats(runs: list[dict], path: Path, title: str) -> Path:
 
 
 # -------------------------------------------------------------------------------------------------- the report
+def load_benchmarks(output_dir: Path) -> dict:
+    """{"benchmark/<file>": result} for the sentence-level `scripts/benchmark.py` results (JSON) in
+    ``output_dir/benchmark``: controlled speed ratios for the speed claims (``--long`` results are left out)."""
+    found = {}
+    for path in sorted(Path(output_dir, "benchmark").glob("*.json")):
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(result, dict) and isinstance(result.get("settings"), dict) and not result["settings"].get("long") \
+                and isinstance(result.get("rows"), list):
+            found[f"benchmark/{path.name}"] = result
+    return found
+
+
 def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", readme: Path | None = None) -> Path:
     """Rebuild ``REPORT.md``, ``report.json`` and ``plots/`` in ``output_dir`` from its records."""
     output_dir = Path(output_dir)
@@ -283,7 +298,7 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     summary["seed_spread"] = spread
     if spread_lines:
         md += ["## Run-to-run spread (same configuration, different seeds)", ""] + spread_lines + [""]
-    claims_md, claims = claims_section(records, sig)
+    claims_md, claims = claims_section(records, sig, load_benchmarks(output_dir))
     summary["claims"] = claims
     md += claims_md
     md += ["## Signatures", ""] + sorted({f"- BLEU `{r['results']['bleu_signature']}`, chrF `{r['results']['chrf_signature']}`"
