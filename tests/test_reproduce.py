@@ -269,3 +269,18 @@ def test_decoding_speed_claim_is_judged_on_the_benchmark(tmp_path):
     assert "stock spends 9% of a decoding call in SDPA" in row["seen"][1]["observed"] and row["explanation"]
     _, rows = claims_section([], {}, {})
     assert next(r for r in rows if r["claim"].startswith("RAN-ALL"))["verdict"] == "not measured yet"
+
+
+def test_readme_quotes_the_headline_setup_and_its_longest_budget():
+    def rec(preset, steps, seed=42, source="de", status="complete"):
+        spec = {"preset": preset, "source": source, "target": "en", "steps": steps, "seed": seed, "base": "marian"}
+        return {"setup": f"{source}-en_{steps}steps_seed{seed}", "status": status, "spec": spec}
+
+    many = [rec(p, 600) for p in ("softmax", "rela-g", "gmm", "relu")]
+    assert rep.readme_setups(many) == ["de-en_600steps_seed42"]
+    records = many + [rec("softmax", 1800), rec("rela-g", 1800), rec("softmax", 1200), rec("gmm", 1200),
+                      rec("softmax", 2400), rec("softmax", 3000, seed=43), rec("rela-g", 3000, seed=43),
+                      rec("softmax", 5000, source="ru"), rec("gmm", 5000, source="ru")]
+    # the longest budget with two runs of the same pair, seed and base (a lone 2,400-step run is not a table)
+    assert rep.readme_setups(records) == ["de-en_600steps_seed42", "de-en_1800steps_seed42"]
+    assert rep.readme_setups([]) == []
