@@ -387,10 +387,13 @@ def op_profile(args, fn, *a, calls: int = 3) -> dict:
         sync(args)
         wall = (time.perf_counter() - start) / calls
     time_of = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-    ops = {e.key: time_of(e) / 1e6 / calls for e in prof.key_averages()}
+    events = prof.key_averages()
+    ops = {e.key: time_of(e) / 1e6 / calls for e in events}
     total = sum(ops.values())
     kept = sorted(((k, v) for k, v in ops.items() if v >= 1e-3 * total and v > 0), key=lambda kv: -kv[1])
-    return {"wall_s": wall, "op_s": total, "ops": dict(kept)}
+    # operator calls (nested ones too, e.g. aten::matmul and the aten::bmm inside it): each pays a dispatch
+    op_calls = sum(e.count for e in events) / calls
+    return {"wall_s": wall, "op_s": total, "ops": dict(kept), "op_calls": op_calls}
 
 
 def attention_share(prof: dict) -> float:
@@ -420,9 +423,11 @@ def render_profile_table(rows, kinds, label=lambda r: r["preset"]) -> str:
     intro = ("Where the time goes: three profiled calls per model, per call (torch.profiler, operator self time; "
              "the profiler adds its own cost to every call); extra = preset - stock, in ms; outside ops = Python, "
              "dispatch and the profiler")
+    intro += "; operator calls = operators dispatched per call, nested ones included (stock -> preset)"
     lines = [intro, "",
-             "| preset | call | stock ms | preset ms | extra in ops | extra outside ops | largest extra ops (ms) |",
-             "|---|---|---|---|---|---|---|"]
+             "| preset | call | stock ms | preset ms | extra in ops | extra outside ops | operator calls | "
+             "largest extra ops (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
     stock_of = {r.get("length"): r for r in rows if r["preset"] == STOCK}
     for r in rows:
         stock = stock_of.get(r.get("length"))
@@ -432,8 +437,10 @@ def render_profile_table(rows, kinds, label=lambda r: r["preset"]) -> str:
                 continue
             d = extra_time(ref, prof)
             top = ", ".join(f"{op} {1e3 * t:+.1f}" for op, t in d["top"]) or "-"
+            calls = (f"{ref['op_calls']:,.0f} -> {prof['op_calls']:,.0f}" if "op_calls" in prof and "op_calls" in ref
+                     else "-")  # (results written before the count)
             lines.append(f"| {label(r)} | {kind} | {1e3 * ref['wall_s']:.1f} | {1e3 * prof['wall_s']:.1f} | "
-                         f"{1e3 * d['op_s']:+.1f} | {1e3 * d['outside_s']:+.1f} | {top} |")
+                         f"{1e3 * d['op_s']:+.1f} | {1e3 * d['outside_s']:+.1f} | {calls} | {top} |")
     return "\n".join(lines) if len(lines) > 4 else ""
 
 
