@@ -360,7 +360,7 @@ def main(argv=None):
         if not args.no_memory:
             row["train_peak_mem_mib"] = memory_in_subprocess(name, argv)
         rows.append(row)
-    return finish(args, argv, {"rows": rows, "times": times}, render_table(settings(args, argv), rows))
+    return finish(args, argv, {"rows": rows, "times": times}, render_table(settings(args, argv), rows, times))
 
 
 def matmul_flops(fn, *a) -> int:
@@ -492,8 +492,19 @@ def model_description(s: dict) -> str:
             f"ffn={s['ffn']} vocab={s['vocab']}")
 
 
-def render_table(s: dict, rows) -> str:
-    """Markdown: the setting, then one row per model with its ratios against stock SDPA and hf-attn softmax."""
+def ratio_quartiles(times: dict, name: str) -> tuple[float, float] | None:
+    """The first and third quartiles of the per-round ratios t_stock / t_name (None under 2 rounds): how far the
+    rounds scatter around the median on this machine."""
+    per_round = [r / t for r, t in zip(times[STOCK], times[name])]
+    if len(per_round) < 2:
+        return None
+    q1, _, q3 = statistics.quantiles(per_round, n=4, method="inclusive")
+    return q1, q3
+
+
+def render_table(s: dict, rows, times: dict | None = None) -> str:
+    """Markdown: the setting, then one row per model with its ratios against stock SDPA and hf-attn softmax; with
+    the per-round ``times`` (``{kind: {name: [seconds]}}``), the quartiles of the ratios against stock too."""
     kinds = ["train"] + ([] if s["no_decode"] else ["decode"])
     head = (
         f"{model_description(s)}; train batch {s['batch']} x {s['src_len']}/{s['tgt_len']} tokens "
@@ -510,6 +521,9 @@ def render_table(s: dict, rows) -> str:
         head += (". Stock spends " + " and ".join(f"{share:.0%} of its {kind} time" for kind, share in shares)
                  + " in the SDPA ops (torch.profiler): an attention that cost nothing would run at most "
                  + " / ".join(f"{1 / (1 - share):.2f}x" for _, share in shares) + " as fast")
+    if times:
+        head += (". In brackets beside a ratio to stock: the first and third quartiles of the per-round ratios "
+                 "(the rounds' scatter on this machine)")
     head += "\n"
     cols = ["preset"]
     for kind in kinds:
@@ -520,7 +534,10 @@ def render_table(s: dict, rows) -> str:
     for r in rows:
         cells = [r["preset"]]
         for kind in kinds:
-            cells += [_x(r[f"{kind}_ratio_vs_stock"]), _x(r[f"{kind}_ratio_vs_softmax"]), f"{r[f'{kind}_median_s']:.3f}",
+            spread = ratio_quartiles(times[kind], r["preset"]) if times and kind in times else None
+            vs_stock = _x(r[f"{kind}_ratio_vs_stock"]) + (
+                f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread and r["preset"] != STOCK else "")
+            cells += [vs_stock, _x(r[f"{kind}_ratio_vs_softmax"]), f"{r[f'{kind}_median_s']:.3f}",
                       _x(r.get(f"{kind}_flop_ratio_vs_stock"))]
         cells += [_mib(r["train_peak_mem_mib"])] if mem else []
         lines.append("| " + " | ".join(cells) + " |")
@@ -638,7 +655,7 @@ def readme_block(sources: list[Path]) -> str:
         try:
             result = json.loads(path.read_text(encoding="utf-8"))
             s = result["settings"]
-            table = render_long_table(s, result["long_rows"]) if "long_rows" in result else render_table(s, result["rows"])
+            table = render_long_table(s, result["long_rows"]) if "long_rows" in result else render_table(s, result["rows"], result.get("times"))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise SystemExit(f"benchmark: {path} is not a benchmark result ({type(e).__name__}: {e}); pass the JSON "
                              "that scripts/benchmark.py --output wrote")

@@ -201,3 +201,19 @@ def test_extra_time_against_stock(bench):
     assert d["outside_s"] == pytest.approx(0.2)  # 0.4 outside the ops against stock's 0.2
     assert [op for op, _ in d["top"]] == ["aten::bmm", "aten::relu"]  # only ops that cost more, largest first
     assert bench.attention_share({"op_s": 0.8, "ops": {"aten::scaled_dot_product_attention": 0.2}}) == 0.25
+
+
+def test_ratio_quartiles_show_the_rounds_scatter(bench):
+    """The table gives the quartiles of the per-round ratios beside the median (the machine's noise, visible)."""
+    times = {bench.STOCK: [1.0, 1.0, 1.0, 1.0, 1.0], "rela-g": [1.0, 1.25, 1.0 / 0.9, 1.0 / 1.1, 2.0]}
+    q1, q3 = bench.ratio_quartiles(times, "rela-g")
+    assert (q1, q3) == pytest.approx((0.8, 1.0))  # ratios 0.5, 0.8, 0.9, 1.0, 1.1
+    assert bench.ratio_quartiles({bench.STOCK: [1.0], "rela-g": [1.0]}, "rela-g") is None
+    s = {"base": "marian", "d_model": 8, "layers": 1, "heads": 2, "ffn": 16, "vocab": 20, "batch": 2, "src_len": 3,
+         "tgt_len": 3, "pad_fraction": 0.0, "decode_batch": 2, "decode_src_len": 3, "beams": 2, "decode_len": 3,
+         "repeats": 5, "device_name": "CPU", "threads": 1, "torch": "x", "no_decode": True}
+    rows = [{"preset": p, "train_ratio_vs_stock": 1.0 if p == bench.STOCK else 0.9, "train_ratio_vs_softmax": 1.0,
+             "train_median_s": 1.0} for p in (bench.STOCK, "rela-g")]
+    table = bench.render_table(s, rows, {"train": times})
+    assert "| rela-g | 0.90x (0.80-1.00) |" in table and "| stock-sdpa | 1.00x |" in table
+    assert "(0." not in bench.render_table(s, rows)  # results without their times: the medians alone

@@ -156,6 +156,11 @@ def test_budget_trend_traces_the_gap_over_budgets():
     assert "gap narrowed" in budget_trend(records, sig, "rela-g")
     sig["de-en_1800steps_seed42_rela-g"] = bleu(-6.0, -6.6, -5.4)
     assert "gap widened" in budget_trend(records, sig, "rela-g")
+    sig["de-en_600steps_seed42_rela-g"] = bleu(0.2, -0.4, 0.7)  # calibration-gate's: +0.2 at 600, -1.0 at 1,800
+    sig["de-en_1800steps_seed42_rela-g"] = bleu(-1.0, -1.7, -0.2)
+    assert "gap reversed (changed sign and grew)" in budget_trend(records, sig, "rela-g")
+    sig["de-en_1800steps_seed42_rela-g"] = bleu(-0.1, -0.6, 0.4)
+    assert "gap held" in budget_trend(records, sig, "rela-g")
     assert budget_trend(records, sig, "gmm") == ""
 
 

@@ -230,8 +230,9 @@ CLAIMS = (
 
 def budget_trend(records: list[dict], sig: dict, preset: str) -> str:
     """One sentence per (pair, seed, base) with ``preset`` compared to softmax at two budgets or more: its ΔBLEU and
-    95% interval at each, and whether the gap narrowed (the longer budget's difference lies outside the shorter's
-    interval, towards 0), widened (outside, away from 0) or held (inside). Empty when no setup has two budgets."""
+    95% interval at each, and whether the gap held (the longer budget's difference lies inside the shorter's
+    interval), narrowed (outside, and smaller), widened (outside, larger, same sign) or reversed (outside, larger,
+    the other sign). Empty when no setup has two budgets."""
     by_run = defaultdict(list)
     for r in records:
         spec = r["spec"]
@@ -245,9 +246,14 @@ def budget_trend(records: list[dict], sig: dict, preset: str) -> str:
         points.sort(key=lambda p: p[0])
         (_, first), (_, last) = points[0], points[-1]
         lo, hi = first["ci"]
-        toward_zero = (last["delta"] > hi) if first["delta"] < 0 else (last["delta"] < lo)
-        away = (last["delta"] < lo) if first["delta"] < 0 else (last["delta"] > hi)
-        verdict = "narrowed" if toward_zero else "widened" if away else "held (within the shorter run's interval)"
+        if lo <= last["delta"] <= hi:
+            verdict = "held (within the shorter run's interval)"
+        elif abs(last["delta"]) < abs(first["delta"]):
+            verdict = "narrowed"
+        elif (last["delta"] < 0) != (first["delta"] < 0):  # e.g. +0.2 -> -1.0: larger, and the other way
+            verdict = "reversed (changed sign and grew)"
+        else:
+            verdict = "widened"
         steps = ", ".join(f"{delta_ci(b)} at {n:,} steps" for n, b in points)
         sentences.append(f"ΔBLEU of `{preset}` against softmax by budget ({src}-{tgt}, seed {seed}, {base}): {steps}; "
                          f"with {points[-1][0] / points[0][0]:.0f}x the steps the gap {verdict}.")
