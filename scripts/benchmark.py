@@ -235,9 +235,14 @@ def rounds(args, items, desc: str):
         yield items[k:] + items[:k]
 
 
+def per_round(times: dict, name: str, reference: str = STOCK) -> list[float]:
+    """The per-round speed ratios t_reference / t_name (> 1 = faster), one per interleaved round."""
+    return [r / t for r, t in zip(times[reference], times[name])]
+
+
 def ratios(times: dict, name: str) -> dict:
     """Median per-round speed ratios of `name` against the stock model and hf-attn softmax (> 1 = faster)."""
-    return {ref: statistics.median(r / t for r, t in zip(times[key], times[name]))
+    return {ref: statistics.median(per_round(times, name, key))
             for ref, key in (("stock", STOCK), ("softmax", "softmax"))}
 
 
@@ -422,8 +427,8 @@ def render_profile_table(rows, kinds, label=lambda r: r["preset"]) -> str:
     """Markdown: per preset and kind, the profiled call's time against stock's and where the difference goes."""
     intro = ("Where the time goes: three profiled calls per model, per call (torch.profiler, operator self time; "
              "the profiler adds its own cost to every call); extra = preset - stock, in ms; outside ops = Python, "
-             "dispatch and the profiler")
-    intro += "; operator calls = operators dispatched per call, nested ones included (stock -> preset)"
+             "dispatch and the profiler; operator calls = operators dispatched per call, nested ones included "
+             "(stock -> preset)")
     lines = [intro, "",
              "| preset | call | stock ms | preset ms | extra in ops | extra outside ops | operator calls | "
              "largest extra ops (ms) |",
@@ -495,10 +500,10 @@ def model_description(s: dict) -> str:
 def ratio_quartiles(times: dict, name: str) -> tuple[float, float] | None:
     """The first and third quartiles of the per-round ratios t_stock / t_name (None under 2 rounds): how far the
     rounds scatter around the median on this machine."""
-    per_round = [r / t for r, t in zip(times[STOCK], times[name])]
-    if len(per_round) < 2:
+    rounds = per_round(times, name)
+    if len(rounds) < 2:
         return None
-    q1, _, q3 = statistics.quantiles(per_round, n=4, method="inclusive")
+    q1, _, q3 = statistics.quantiles(rounds, n=4, method="inclusive")
     return q1, q3
 
 

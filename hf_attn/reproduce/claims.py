@@ -128,12 +128,12 @@ def _faster_decoding(name, also=(), margin=0.05):
     """From a `scripts/benchmark.py` result (``rows``: {preset: row}, ``settings``): ``name`` decodes more than
     ``margin`` (the benchmark's noise) faster than stock transformers with SDPA, median of interleaved rounds."""
     def check(rows, settings):
-        r = rows[name]
-        seen = [f"`{p}` {rows[p]['decode_ratio_vs_stock']:.2f}x" for p in (name, *also) if p in rows]
-        soft = [f"{rows[p]['decode_ratio_vs_softmax']:.2f}x" for p in (name, *also) if p in rows]
+        shown = [rows[p] for p in (name, *also) if p in rows]
+        seen = ", ".join(f"`{r['preset']}` {r['decode_ratio_vs_stock']:.2f}x" for r in shown)
+        soft = " / ".join(f"{r['decode_ratio_vs_softmax']:.2f}x" for r in shown)
         share = rows.get("stock-sdpa", {}).get("decode_attention_share")
-        return r["decode_ratio_vs_stock"] > 1 + margin, (
-            f"{', '.join(seen)} stock SDPA's decoding speed ({' / '.join(soft)} hf-attn softmax's); beam "
+        return rows[name]["decode_ratio_vs_stock"] > 1 + margin, (
+            f"{seen} stock SDPA's decoding speed ({soft} hf-attn softmax's); beam "
             f"{settings['beams']}, {settings['decode_batch']} x {settings['decode_len']} tokens, median of "
             f"{settings['repeats']} interleaved rounds"
             + (f"; stock spends {share:.0%} of a decoding call in SDPA" if share is not None else ""))
