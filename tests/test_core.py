@@ -318,6 +318,9 @@ def test_keep_mask_helpers_match_the_dense_mask(keep):
     hidden = ~(dense | ~dense.any(-1, keepdim=True))
     assert torch.equal(keep.fill_hidden(scores, -1e9), scores.masked_fill(hidden, -1e9))
     assert torch.equal(keep.zero_hidden(scores), scores * dense)
+    filled = keep.scale_and_fill(scores, 0.125, -1e9)
+    torch.testing.assert_close(filled, (scores * 0.125).masked_fill(hidden, -1e9), rtol=0, atol=1e-6)
+    assert keep.scale_and_fill(scores, 0.125, -1e9).eq(filled).all()  # the bias is built once
     real = keep.real_keys()
     assert torch.equal(real.expand(2, 1, 1, keep.k_len), dense.any(-2, keepdim=True).expand(2, 1, 1, keep.k_len))
     assert keep.real_keys() is real  # built once per stack

@@ -371,7 +371,7 @@ def test_source_geometry_is_kept_in_the_decoding_state():
     first = geometry(0, real)
     assert first.length.flatten().tolist() == [3.0, 3.0] and first.pos[1, 0, 0].tolist() == [-1.0, 0.0, 1.0, 2.0]
     assert first.bias[0, 0, 0, 3] == torch.finfo(torch.float32).min and first.bias[0, 0, 0, :3].eq(0).all()
-    assert cache.get_state("gmm_source_geometry").shape == (2, 1, 6, 4)
+    assert cache.get_state("gmm_source_geometry").shape == (2, 1, 6, 1, 4)
     later = geometry(1, KeepMask(1, 4))  # a later step reads the state of the first one
     assert all(torch.equal(a, b) for a, b in zip(later, first))
     assert geometry(0, KeepMask(1, 4)).length.flatten().tolist() == [4.0, 4.0]  # a new decode starts afresh
@@ -390,12 +390,19 @@ def test_ffn_weights_are_kept_without_autograd_until_a_parameter_changes():
     assert module.ffn_weights()[0].requires_grad  # with autograd: built from the live parameters
 
 
-def test_ffn_outputs_without_autograd_equal_the_tanh_network():
-    """Decoding computes tanh as 2 sigmoid(2x) - 1 in place: the same FFN outputs as the autograd path (tanh)."""
+def test_ffn_outputs_equal_the_tanh_network_of_eq_7_9():
+    """The FFNs run with tanh(a) = 2 sigmoid(2a) - 1 folded into their weights: with and without autograd, the
+    outputs are V tanh(W x + b1) + b2 (Eq. 7-9, 14) of each FFN's own parameters, and gradients reach them."""
     module = cross(tiny_model("marian", "gmm"))
     q = torch.randn(3, 4, 5, module.head_dim) * 4  # hidden pre-activations across tanh's whole range
-    with_grad = {name: out.detach() for name, out in module.ffn_outputs(q).items()}
+    want = {name: getattr(module, f"gmm_{name}") for name in module.gmm_ffns}
+    want = {name: ffn.out(torch.tanh(ffn.hidden(q))).detach() for name, ffn in want.items()}
+    with_grad = module.ffn_outputs(q)
     with torch.no_grad():
         without = module.ffn_outputs(q)
-    for name, out in with_grad.items():
+    assert set(with_grad) == set(without) == {"weight", "mean", "sigma", "gate"}
+    for name, out in want.items():
+        torch.testing.assert_close(with_grad[name].detach(), out, atol=2e-6, rtol=0)
         torch.testing.assert_close(without[name], out, atol=2e-6, rtol=0)
+    sum(out.sum() for out in with_grad.values()).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in module.gmm_gate.parameters())

@@ -58,9 +58,10 @@ def _gmm(**extra) -> dict:
 
 
 class SourceGeometry(NamedTuple):
-    """What Eq. 6 and 11-12 read from the source, ``[B|1, 1, 1, S]`` (``length``, ``length_6``: ``[B|1, 1, 1, 1]``)."""
+    """What Eq. 6 and 11-12 read from the source, ``[B|1, 1, 1, S]`` (``length``, ``length_6``: ``[B|1, 1, 1, 1]``);
+    views of one tensor, which the decoding state keeps."""
 
-    real: torch.Tensor  # 1 on real source tokens, 0 on padding
+    scale: torch.Tensor  # on real source tokens 1/sqrt(2 pi), a normal density's constant (synthesis: 1); 0 on padding
     pos: torch.Tensor  # j: 0-based position among the real tokens (skips left padding)
     length: torch.Tensor  # J: number of real tokens (Eq. 11)
     length_6: torch.Tensor  # J / 6 (Eq. 12)
@@ -253,7 +254,7 @@ class GmmAttention(VariantAttention):
                 beta, params = self.mixture_attention(raw, geometry, ctx, details=details)
                 if self.fusion == "gate":
                     g = torch.sigmoid(raw["gate"])  # Eq. 14, [B, H, T, 1]
-                    gamma = (1 - g) * alpha + g * beta  # Eq. 13
+                    gamma = torch.lerp(alpha, beta, g)  # Eq. 13: (1 - g) alpha + g beta, in one op
                     if details:
                         params["gate"] = g.squeeze(-1)
                     if ctx.state is not None and ctx.cache is None:  # a training / scoring pass, not a decoding step
@@ -270,40 +271,41 @@ class GmmAttention(VariantAttention):
         """alpha = softmax(q k^T / sqrt(dh)) over the real source tokens (Eq. 1-2), float32. A single query row
         (a decoding step) takes its mask from the source geometry (adding 0 or the dtype's minimum equals
         masked_fill with the minimum exactly); several rows use ``keep`` itself (any cross-attention mask)."""
-        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))
+        scores = torch.matmul(q, k.transpose(-1, -2))
         if q.shape[-2] == 1:
-            return torch.softmax(scores + geometry.bias, dim=-1)
-        return torch.softmax(keep.fill_hidden(scores, torch.finfo(scores.dtype).min), dim=-1)
+            return torch.softmax(torch.add(geometry.bias, scores, alpha=self.scaling), dim=-1)
+        return torch.softmax(keep.fill_hidden(scores.mul_(self.scaling), torch.finfo(scores.dtype).min), dim=-1)
 
     def ffn_outputs(self, q):
-        """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14); the FFNs run as two matmuls (`ffn_weights`)."""
+        """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14); the FFNs run as two matmuls (`ffn_weights`), with
+        tanh(a) = 2 sigmoid(2a) - 1 folded into them: V^T tanh(W^T x + b1) + b2 = 2V^T s + (b2 - V^T 1),
+        s = sigmoid(2 W^T x + 2 b1) (within 1e-6 of tanh; torch's CPU tanh is 3-4x slower than sigmoid)."""
         w1, b1, w2, b2, sizes = self.ffn_weights()
         hidden = F.linear(q, w1, b1)
-        if torch.is_grad_enabled() or hidden.device.type != "cpu":
-            hidden = torch.tanh(hidden)
-        else:  # CPU decoding: tanh(x) = 2 sigmoid(2x) - 1, in place (within 2e-7); torch's CPU tanh is 3x slower
-            hidden = hidden.mul_(2).sigmoid_().mul_(2).sub_(1)
-        out = F.linear(hidden, w2, b2).split(sizes, dim=-1)
-        return dict(zip(self.gmm_ffns, out))
+        hidden = torch.sigmoid(hidden) if torch.is_grad_enabled() else hidden.sigmoid_()
+        return dict(zip(self.gmm_ffns, F.linear(hidden, w2, b2).split(sizes, dim=-1)))
 
     def ffn_weights(self):
-        """(W1, b1, W2, b2, output sizes), float32: the FFNs' hidden layers stacked, their output layers
-        block-diagonal (each output reads its own FFN's hidden units only). Without autograd (decoding) they are
-        built once and kept until a parameter changes, not at every step."""
-        ffns = [getattr(self, f"gmm_{name}") for name in self.gmm_ffns]
-        params = [p for f in ffns for p in (f.hidden.weight, f.hidden.bias, f.out.weight, f.out.bias)]
+        """(2 W, 2 b1, 2 V, b2 - V^T 1, output sizes) of `ffn_outputs`, float32: the FFNs' hidden layers stacked,
+        their output layers block-diagonal (each output reads its own FFN's hidden units only). Without autograd
+        (decoding) they are built once and kept until a parameter changes, not at every step."""
+        # per FFN: hidden.weight, hidden.bias, out.weight, out.bias (read from the module dicts: this runs at every
+        # decoding step, and nn.Module.__getattr__ costs more than the rest of the cache check)
+        ffns = [self._modules[f"gmm_{name}"]._modules for name in self.gmm_ffns]
+        params = [p for f in ffns for lin in (f["hidden"], f["out"]) for p in lin._parameters.values()]
         key = None
         if not torch.is_grad_enabled():
-            key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+            key = tuple((p.data_ptr(), p._version) for p in params)  # (a new dtype or device: a new data_ptr)
             cached = self.__dict__.get("_ffn_weights")
             if cached is not None and cached[0] == key:
                 return cached[1]
+        out_weight = torch.block_diag(*params[2::4]).float()
         weights = (
-            torch.cat([f.hidden.weight for f in ffns]).float(),
-            torch.cat([f.hidden.bias for f in ffns]).float(),
-            torch.block_diag(*[f.out.weight for f in ffns]).float(),
-            torch.cat([f.out.bias for f in ffns]).float(),
-            [f.out.out_features for f in ffns],
+            2 * torch.cat(params[0::4]).float(),
+            2 * torch.cat(params[1::4]).float(),
+            2 * out_weight,
+            torch.cat(params[3::4]).float() - out_weight.sum(-1),
+            [f["out"].out_features for f in ffns],
         )
         self.__dict__["_ffn_weights"] = None if key is None else (key, weights)
         return weights
@@ -311,15 +313,16 @@ class GmmAttention(VariantAttention):
     def mixture_attention(self, raw, geometry, ctx, details: bool = True):
         """beta [B,H,T,S] (Eq. 6, or its Table 1 variants) and, with ``details``, the mixture parameters
         {weights, mu, sigma, J} (else {}: decoding steps skip them)."""
-        log_w, log_z, mu, precision, sigma = self.mixture_parameters(raw, geometry, ctx)
-        # log of each component at each source position: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2)
-        log_coef = log_w - log_z
-        logits = log_coef[..., None] - precision[..., None] * (geometry.pos[..., None, :] - mu[..., None]).square()
+        log_coef, mu, inv_width, log_w, sigma = self.mixture_parameters(raw, geometry, ctx)
+        # log of each component at each source position j: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2) = log_coef_k
+        # - z^2, z = (j - mu_k) / (sqrt(2) sigma_k) (a normal density's constant 1/sqrt(2 pi) is in geometry.scale)
+        z = (geometry.pos[..., None, :] - mu[..., None]) * inv_width[..., None]
+        logits = torch.addcmul(log_coef[..., None], z, z, value=-1)
         if self.normalization == "strict":  # beta / sum_j beta (Table 1, "Our Method+Norm.")
             log_beta = torch.logsumexp(logits, dim=-2) + geometry.bias  # = masked_fill(~visible, min), exactly
             beta = torch.softmax(log_beta, dim=-1) * geometry.visible
         else:
-            beta = torch.exp(logits).sum(-2) * geometry.real
+            beta = torch.exp(logits).sum(-2) * geometry.scale
         if not details:
             return beta, {}
         return beta, {"weights": log_w.exp(), "mu": mu, "sigma": sigma, "source_length": geometry.length.flatten()}
@@ -339,25 +342,27 @@ class GmmAttention(VariantAttention):
             pos = real_f.cumsum(-1) - 1
             visible = nonempty(real).float()
             bias = (visible - 1) * -torch.finfo(real_f.dtype).min  # 0 on visible keys, the dtype's minimum elsewhere
-            geometry = torch.cat([real_f, pos, length.expand_as(real_f), (length / 6).expand_as(real_f), visible, bias],
-                                 dim=-2)  # [B|1, 1, 6, S]
+            scale = real_f if self.normalization == "synthesis" else real_f * math.exp(-_LOG_SQRT_2PI)
+            geometry = torch.stack([scale, pos, length.expand_as(real_f), (length / 6).expand_as(real_f), visible, bias],
+                                   dim=2)  # [B|1, 1, 6, 1, S]
             if cached:  # per hypothesis (the cache reorders its state with the beams)
-                geometry = geometry.expand(rows, -1, -1, -1)
+                geometry = geometry.expand(rows, -1, -1, -1, -1)
                 ctx.cache.set_state(name, geometry)
-        real_f, pos, length, length_6, visible, bias = geometry.split(1, dim=-2)
-        return SourceGeometry(real_f, pos, length[..., :1], length_6[..., :1], visible, bias)
+        scale, pos, length, length_6, visible, bias = geometry.unbind(2)
+        return SourceGeometry(scale, pos, length[..., :1], length_6[..., :1], visible, bias)
 
     def mixture_parameters(self, raw, geometry, ctx):
-        """(log w, log Z, mu, 1/(2 sigma^2), sigma), each [B,H,T,K] (log Z may broadcast), per Table 1, Eq. 10-12."""
+        """(log w - log Z, mu, 1 / (sqrt(2) sigma), log w, sigma), each [B,H,T,K], per Table 1, Eq. 10-12; log Z
+        without its constant log sqrt(2 pi) (`SourceGeometry.scale`)."""
         k, sigma_min, length = self.num_components, self.sigma_min, geometry.length
         shape = (*raw["mean"].shape[:-1], k)
         if self.normalization == "synthesis":  # Graves 2013 (Table 1): Z = 1
             log_w = raw["weight"].clamp(max=SYNTHESIS_MAX_LOG_WEIGHT - math.log(k)).expand(shape)  # w = exp(w_hat)
             mu = self.synthesis_means(raw["mean"].clamp(max=SYNTHESIS_MAX_LOG_STEP).exp().expand(shape), ctx)
-            # sigma = sqrt(exp(-sigma_hat) / 2)  <=>  1/(2 sigma^2) = exp(sigma_hat) ; sigma >= sigma_min
-            precision = raw["sigma"].clamp(max=-math.log(2 * sigma_min**2)).exp().expand(shape)
-            sigma = torch.rsqrt(2 * precision.clamp(min=1e-30))
-            return log_w, torch.zeros_like(log_w[..., :1]), mu, precision, sigma
+            # sigma = sqrt(exp(-sigma_hat) / 2)  <=>  1 / (sqrt(2) sigma) = exp(sigma_hat / 2) ; sigma >= sigma_min
+            inv_width = (0.5 * raw["sigma"].clamp(max=-math.log(2 * sigma_min**2))).exp().expand(shape)
+            sigma = torch.rsqrt(2 * inv_width.square().clamp(min=1e-30))
+            return log_w, mu, inv_width, log_w, sigma
         if self.uniform_weights:
             log_w = torch.full(shape, -math.log(k), device=raw["mean"].device)
         else:
@@ -368,8 +373,8 @@ class GmmAttention(VariantAttention):
         else:  # strict (Table 1): sigma = J * sigmoid(sigma_hat)
             sigma = (length * torch.sigmoid(raw["sigma"])).expand(shape)
         sigma = sigma.clamp(min=sigma_min)
-        log_z = torch.log(sigma) + _LOG_SQRT_2PI  # Z = sqrt(2 pi sigma^2)
-        return log_w, log_z, mu, 0.5 / sigma.square(), sigma
+        # Z = sqrt(2 pi) sigma: log Z's constant is in `SourceGeometry.scale` (strict normalisation cancels it)
+        return log_w - torch.log(sigma), mu, (sigma * math.sqrt(2)).reciprocal(), log_w, sigma
 
     # ---- synthesis network: state over target positions -----------------------------------------------------------
     def synthesis_means(self, steps, ctx):

@@ -75,10 +75,10 @@ def entmax15_forward(z: torch.Tensor) -> torch.Tensor:
     The same steps as `entmax.entmax15`, forward only (see `sparsemax_forward`)."""
     z = (z - z.amax(-1, keepdim=True)) / 2
     z_sorted = z.sort(dim=-1, descending=True).values
-    k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
-    mean = z_sorted.cumsum(-1) / k
-    mean_sq = z_sorted.square().cumsum(-1) / k
-    tau = mean - ((1 - k * (mean_sq - mean.square())) / k).clamp_min(0).sqrt()
+    inv_k = 1 / torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
+    mean = z_sorted.cumsum(-1) * inv_k
+    mean_sq = z_sorted.square().cumsum(-1) * inv_k
+    tau = mean - (inv_k - (mean_sq - mean.square())).clamp_min_(0).sqrt_()  # (1 - ss_k) / k = 1/k - ss_k / k
     support = (tau <= z_sorted).sum(-1, keepdim=True)
     return (z - tau.gather(-1, support - 1)).clamp_min(0).square()
 
@@ -101,9 +101,9 @@ class _EntmaxFamilyAttention(VariantAttention):
 
     def attend(self, q, k, v, keep, ctx):
         with float32_autocast_off(q):
-            scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.scaling
             # a row with no visible key sees all: entmax would index -1 on it
-            scores = keep.fill_hidden(scores, MASKED_SCORE)
+            scores = keep.scale_and_fill(torch.matmul(q.float(), k.float().transpose(-1, -2)), self.scaling,
+                                         MASKED_SCORE)
             normalise = self.normaliser if scores.requires_grad else self.forward_only
             weights = normalise(scores)  # exactly 0 on the masked keys: no "* keep" needed
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=True)
