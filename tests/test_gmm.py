@@ -76,6 +76,53 @@ def test_approximate_normalisation_keeps_the_mixture_mass_near_one():
     assert (params["sigma"] <= 24 / 6 + 1e-5).all()
 
 
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_fused_weights_equal_the_equations_written_out(normalization):
+    """One cross-attention call against Eq. 1-2, 6 and 10-15 (and the Table 1 variants) written out literally, per
+    head, query, component and source position, from the module's own parameters."""
+    model = tiny_model("marian", "gmm", gmm_normalization=normalization)
+    module = cross(model)
+    hidden, memory = module_inputs(model.config.d_model, batch=2, tgt=3, src=6, seed=1)
+    real = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    out, gamma = run_module(module, hidden, memory, real)
+    b, t, h, dh = 2, 3, module.num_heads, module.head_dim
+    with torch.no_grad():
+        q = module.q_proj(hidden).view(b, t, h, dh).transpose(1, 2)
+        k = module.k_proj(memory).view(b, 6, h, dh).transpose(1, 2)
+        v = module.v_proj(memory).view(b, 6, h, dh).transpose(1, 2)
+
+        def ffn(name, x):  # Eq. 7-9, 14
+            f = getattr(module, f"gmm_{name}")
+            return f.out(torch.tanh(f.hidden(x)))
+
+        want = torch.zeros(b, h, t, 6)
+        for i in range(b):
+            n = int(real[i].sum())
+            alpha = torch.softmax(q[i] @ k[i, :, :n].transpose(-1, -2) / math.sqrt(dh), -1)  # Eq. 1-2
+            raw_w, raw_mu, raw_sigma = ffn("weight", q[i]), ffn("mean", q[i]), ffn("sigma", q[i])
+            if normalization == "synthesis":  # Graves 2013: w = exp(.), mu_i = mu_{i-1} + exp(.), 1/(2 s^2) = exp(.)
+                w, mu = raw_w.exp(), raw_mu.exp().cumsum(1)
+                sigma = torch.sqrt(torch.exp(-raw_sigma) / 2).clamp(min=module.sigma_min)
+            else:
+                w, mu = torch.softmax(raw_w, -1), n * torch.sigmoid(raw_mu)  # Eq. 10-11
+                sigma = n * torch.sigmoid(raw_sigma)  # strict
+                if normalization == "approximate":  # Eq. 12
+                    sigma = torch.minimum(n / 6 * torch.sigmoid(raw_sigma), torch.minimum(mu, n - mu) / 3)
+                sigma = sigma.clamp(min=module.sigma_min)
+            j = torch.arange(n, dtype=torch.float32)
+            density = torch.exp(-(j - mu[..., None]) ** 2 / (2 * sigma[..., None] ** 2))
+            if normalization != "synthesis":
+                density = density / torch.sqrt(2 * math.pi * sigma[..., None] ** 2)
+            beta = (w[..., None] * density).sum(-2)  # Eq. 6
+            if normalization == "strict":
+                beta = beta / beta.sum(-1, keepdim=True)
+            g = torch.sigmoid(ffn("gate", q[i]))  # Eq. 14
+            want[i, :, :, :n] = (1 - g) * alpha + g * beta  # Eq. 13
+        torch.testing.assert_close(gamma, want, rtol=1e-4, atol=1e-6)
+        context = (want @ v).transpose(1, 2).reshape(b, t, h * dh)  # Eq. 15
+        torch.testing.assert_close(out, module.out_proj(context), rtol=1e-4, atol=1e-5)
+
+
 # ---- numerics ----------------------------------------------------------------------------------------------------
 def check_finite(model, batch):
     out = model(**batch, output_attentions=True)
