@@ -453,3 +453,16 @@ def test_ffn_outputs_equal_the_tanh_network_of_eq_7_9():
         torch.testing.assert_close(without[name], out, atol=2e-6, rtol=0)
     sum(out.sum() for out in with_grad.values()).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in module.gmm_gate.parameters())
+
+
+def test_ffn_outputs_compile_into_one_graph_without_autograd():
+    """Decoding (no autograd) keeps the FFN weights keyed on the parameters' storage; under torch.compile the graph
+    builds them instead: reading storage pointers on the host would break the graph at every decoding step."""
+    module = cross(tiny_model("marian", "gmm"))
+    q = torch.randn(2, 4, 1, module.head_dim)
+    compiled = torch.compile(module.ffn_outputs, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        want = module.ffn_outputs(q)  # an eager step first: the cache holds weights and their key
+        got = compiled(q)
+    for name, out in want.items():
+        torch.testing.assert_close(got[name], out)

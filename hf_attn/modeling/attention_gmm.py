@@ -294,7 +294,8 @@ class GmmAttention(VariantAttention):
         ffns = [self._modules[f"gmm_{name}"]._modules for name in self.gmm_ffns]
         params = [p for f in ffns for lin in (f["hidden"], f["out"]) for p in lin._parameters.values()]
         key = None
-        if not torch.is_grad_enabled():
+        # (under torch.compile the graph builds them: a cache keyed on storage pointers would break it at every call)
+        if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
             key = tuple((p.data_ptr(), p._version) for p in params)  # (a new dtype or device: a new data_ptr)
             cached = self.__dict__.get("_ffn_weights")
             if cached is not None and cached[0] == key:
