@@ -269,10 +269,7 @@ class KeepMask:
         the scaled score it is added to."""
         if self.all_visible:
             return scores * scale
-        name = f"_fill_{str(scores.dtype).split('.')[-1]}_{abs(value):.6e}".replace("+", "").replace(".", "_")
-        bias = self._once(name, lambda: torch.zeros(self.hidden().shape, dtype=scores.dtype, device=scores.device)
-                          .masked_fill_(self.hidden(), value))
-        return torch.add(bias, scores, alpha=scale)
+        return torch.add(self._additive(scores.dtype, value), scores, alpha=scale)
 
     def real_keys(self) -> torch.Tensor:
         """True on the keys some query may attend to (bool ``[B|1, 1|H, 1, S]``, built once): a cross-attention
@@ -346,12 +343,15 @@ class KeepMask:
             return None, False
         if self.explicit is None and self.padding is None and self.offset == 0 and self.q_len == self.k_len:
             return None, True
-        # (an attribute name without dots: dynamo cannot trace a dotted one)
-        return self._once(f"_sdpa_{str(dtype).split('.')[-1]}", lambda: self._build_sdpa(dtype)), False
+        return self._additive(dtype, float("-inf")), False
 
-    def _build_sdpa(self, dtype: torch.dtype) -> torch.Tensor:
-        hidden = self.hidden()
-        return torch.zeros(hidden.shape, dtype=dtype, device=self.device).masked_fill_(hidden, float("-inf"))
+    def _additive(self, dtype: torch.dtype, value: float) -> torch.Tensor:
+        """0 on the visible keys, ``value`` on the hidden ones (`hidden`), in ``dtype``: built once per dtype and
+        value (the SDPA mask, `scale_and_fill`'s bias)."""
+        # (an attribute name without dots: dynamo cannot trace a dotted one)
+        name = f"_additive_{str(dtype).split('.')[-1]}_{abs(value):.6e}".replace("+", "").replace(".", "_")
+        return self._once(name, lambda: torch.zeros(self.hidden().shape, dtype=dtype, device=self.device)
+                          .masked_fill_(self.hidden(), value))
 
     def last_keys(self, k_len: int) -> KeepMask:
         """The mask restricted to the last ``k_len`` keys (for a mask built over a longer key axis)."""
