@@ -310,6 +310,56 @@ def test_static_cache_decodes_like_the_dynamic_cache(base, preset):
             torch.testing.assert_close(s.clamp(min=-1e4), d.clamp(min=-1e4), rtol=1e-4, atol=1e-5)
 
 
+def filled_cache(rows: list[int], batch: int = 4, length: int = 3) -> HfAttnCache:
+    """An HfAttnCache of one layer: self-attention row i holds i, cross-attention row i holds ``rows[i]``."""
+    cache = HfAttnCache(DynamicCache(), DynamicCache())
+    own = torch.arange(float(batch)).view(batch, 1, 1, 1).expand(batch, 2, length, 4)
+    source = torch.tensor(rows, dtype=torch.float).view(batch, 1, 1, 1).expand(batch, 2, length + 2, 4)
+    cache.self_attention_cache.update(own.clone(), own.clone() + 10, 0)
+    cache.cross_attention_cache.update(source.clone(), source.clone() + 10, 0)
+    return cache
+
+
+def test_beam_reordering_moves_the_cross_attention_cache_only_between_different_rows():
+    """Beam search reorders within a sentence's rows, whose cross-attention keys and values are equal: those stay as
+    they are (no copy); a reordering onto different rows copies them, as EncoderDecoderCache does."""
+    cache = filled_cache([7, 7, 5, 5])  # two sentences, two beams each
+    cross = cache.cross_attention_cache.layers[0]
+    keys, values = cross.keys, cross.values
+    cache.reorder_cache(torch.tensor([1, 1, 2, 2]))
+    assert cross.keys is keys and cross.values is values
+    assert cache.self_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [1, 1, 2, 2]  # hypotheses do move
+    cache.reorder_cache(torch.tensor([2, 3, 0, 1]))  # across sentences: copied
+    assert cross.keys[:, 0, 0, 0].tolist() == [5, 5, 7, 7] and cross.values[:, 0, 0, 0].tolist() == [15, 15, 17, 17]
+    cache = filled_cache([7, 7, 5, 5])
+    cache.cross_attention_cache.layers[0].values[1, 0, 0, 0] = -1  # keys equal, values not: copied
+    cache.reorder_cache(torch.tensor([1, 1, 2, 2]))
+    assert cache.cross_attention_cache.layers[0].values[:, 0, 0, 0].tolist() == [-1, -1, 15, 15]
+    cache = filled_cache([7, 5, 7, 5])  # equal rows that are not neighbours: copied (same values either way)
+    cache.reorder_cache(torch.tensor([2, 1, 0, 3]))
+    assert cache.cross_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [7, 5, 7, 5]
+
+
+COPY_CASES = [("marian", "softmax"), ("bart", "gmm-synthesis"), ("marian", "calibration-gate")]
+
+
+@pytest.mark.parametrize("base,preset", COPY_CASES, ids=ids(COPY_CASES))
+def test_beam_search_is_the_same_without_copying_the_cross_attention_cache(base, preset, monkeypatch):
+    model = tiny_model(base, preset)
+    src = src_of(tiny_batch())
+    kw = dict(max_new_tokens=7, min_new_tokens=7, num_beams=3, output_scores=True, return_dict_in_generate=True)
+    skipped = []
+    keeps = HfAttnCache._keeps_source_rows
+    monkeypatch.setattr(HfAttnCache, "_keeps_source_rows", lambda self, idx: skipped.append(keeps(self, idx)) or
+                        skipped[-1])
+    fast = model.generate(**src, **kw)
+    assert skipped and all(skipped)  # every step left the cross-attention cache in place
+    monkeypatch.setattr(HfAttnCache, "_keeps_source_rows", lambda self, idx: False)
+    copied = model.generate(**src, **kw)
+    assert torch.equal(fast.sequences, copied.sequences)
+    assert torch.equal(fast.sequences_scores, copied.sequences_scores)
+
+
 # ---- generation ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
 def test_generation_modes(base, preset):
