@@ -68,12 +68,34 @@ def test_approximate_normalisation_keeps_the_mixture_mass_near_one():
         "mean": torch.empty(*shape[:-1], 4).uniform_(-1.1, 1.1, generator=g),  # mu in [0.25 J, 0.75 J]
         "sigma": 3 * torch.randn(*shape[:-1], 4, generator=g),
     }
-    beta, params = module.mixture_attention(raw, module.source_geometry(KeepMask(1, 24), None), None)
+    out = torch.cat([raw.get(name, torch.zeros(*shape)) for name in module.gmm_ffns], dim=-1)  # + a gate column
+    beta, _, params = module.mixture_attention(out, module.source_geometry(KeepMask(1, 24), None), None)
     sums = beta.sum(-1)
     torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=0.03)
     torch.testing.assert_close(params["weights"].sum(-1), torch.ones(shape[:-1]))  # Eq. 10
     assert (params["sigma"] <= params["mu"] / 3 + 1e-5).logical_or(params["sigma"] == module.sigma_min).all()
     assert (params["sigma"] <= 24 / 6 + 1e-5).all()
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["train", "decode"])
+def test_concentrated_components_match_eq_6_far_from_their_centres(grad):
+    """Trained components are narrow: at most source positions their log density lies far below -87, where exp
+    underflows. beta still equals Eq. 6 in float64 (the floor on the log density changes it by < 1e-25)."""
+    module = cross(tiny_model("marian", "gmm"))
+    j_len, k = 200, module.num_components
+    mean = torch.tensor([-4.0, -1.0, 1.0, 4.0]).expand(2, 4, 3, k)  # centres spread over the sentence
+    sigma = torch.full((2, 4, 3, k), -8.0)  # sigma -> sigma_min = 0.5
+    weight = torch.randn(2, 4, 3, k, generator=torch.Generator().manual_seed(0))
+    out = torch.cat([weight, mean, sigma, torch.zeros(2, 4, 3, 1)], dim=-1)
+    with torch.set_grad_enabled(grad):
+        beta, _, params = module.mixture_attention(out, module.source_geometry(KeepMask(1, j_len), None), None)
+    w, mu, sd = params["weights"].double(), params["mu"].double(), params["sigma"].double()
+    assert torch.allclose(sd, torch.full_like(sd, module.sigma_min))
+    j = torch.arange(j_len, dtype=torch.float64)
+    density = torch.exp(-((j - mu[..., None]) ** 2) / (2 * sd[..., None] ** 2)) / torch.sqrt(2 * math.pi * sd[..., None] ** 2)
+    want = (w[..., None] * density).sum(-2)  # Eq. 6
+    assert (want < 1e-30).float().mean() > 0.7  # most positions are far from every centre
+    torch.testing.assert_close(beta.double(), want, rtol=1e-5, atol=1e-25)
 
 
 @pytest.mark.parametrize("normalization", NORMALIZATIONS)

@@ -335,6 +335,16 @@ def test_beam_reordering_moves_the_cross_attention_cache_only_between_different_
     cache.cross_attention_cache.layers[0].values[1, 0, 0, 0] = -1  # keys equal, values not: copied
     cache.reorder_cache(torch.tensor([1, 1, 2, 2]))
     assert cache.cross_attention_cache.layers[0].values[:, 0, 0, 0].tolist() == [-1, -1, 15, 15]
+    cache = filled_cache([7, 7, 5, 5])  # source-side state follows the same rule; state over targets always moves
+    cache.set_state("source", torch.tensor([7.0, 7.0, 5.0, 5.0]))
+    cache.set_state("target", torch.arange(4.0).view(4, 1), target_dim=1)
+    source = cache.get_state("source")
+    cache.reorder_cache(torch.tensor([1, 1, 2, 2]))
+    assert cache.get_state("source") is source and cache.get_state("target").flatten().tolist() == [1, 1, 2, 2]
+    cache.set_state("source", torch.tensor([7.0, 6.0, 5.0, 5.0]))  # keys equal, source state not: both copied
+    cache.reorder_cache(torch.tensor([1, 1, 2, 2]))
+    assert cache.get_state("source").tolist() == [6, 6, 5, 5]
+    assert cache.cross_attention_cache.layers[0].keys is not keys
     cache = filled_cache([7, 5, 7, 5])  # equal rows that are not neighbours: copied (same values either way)
     cache.reorder_cache(torch.tensor([2, 1, 0, 3]))
     assert cache.cross_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [7, 5, 7, 5]
@@ -347,7 +357,8 @@ COPY_CASES = [("marian", "softmax"), ("bart", "gmm-synthesis"), ("marian", "cali
 def test_beam_search_is_the_same_without_copying_the_cross_attention_cache(base, preset, monkeypatch):
     model = tiny_model(base, preset)
     src = src_of(tiny_batch())
-    kw = dict(max_new_tokens=7, min_new_tokens=7, num_beams=3, output_scores=True, return_dict_in_generate=True)
+    kw = {"max_new_tokens": 7, "min_new_tokens": 7, "num_beams": 3, "output_scores": True,
+          "return_dict_in_generate": True}
     skipped = []
     keeps = HfAttnCache._keeps_source_rows
     monkeypatch.setattr(HfAttnCache, "_keeps_source_rows", lambda self, idx: skipped.append(keeps(self, idx)) or

@@ -522,8 +522,10 @@ class HfAttnCache(EncoderDecoderCache):
         """``target_dim``: the axis over target positions, cut by `crop`; None for source-side state."""
         self.variant_state[name] = (value, target_dim)
 
-    def _map_state(self, fn) -> None:
-        self.variant_state = {k: (fn(t), d) for k, (t, d) in self.variant_state.items()}
+    def _map_state(self, fn, source_side: bool = True) -> None:
+        """Apply ``fn`` to every state tensor; with ``source_side=False`` only to those over target positions."""
+        self.variant_state = {k: (fn(t) if source_side or d is not None else t, d)
+                              for k, (t, d) in self.variant_state.items()}
 
     def reset(self):
         super().reset()
@@ -533,27 +535,32 @@ class HfAttnCache(EncoderDecoderCache):
         """Beam search's reordering. Each hypothesis stays within its sentence's rows (``generate`` never reorders the
         encoder's attention mask either), and those rows' cross-attention keys and values are equal: the encoder
         output repeated per beam. A reordering that maps every row onto an equal one leaves the cross-attention
-        cache as it is instead of copying it (two ``index_select`` per layer and step, about 2% of a beam search on
-        CPU); any other reordering copies it, as `EncoderDecoderCache` does."""
+        cache and the source-side state as they are instead of copying them (two ``index_select`` per layer and
+        step, about 2% of a beam search on CPU); any other reordering copies them, as `EncoderDecoderCache` does."""
         self.self_attention_cache.reorder_cache(beam_idx)
-        if not self._keeps_source_rows(beam_idx):
+        same_sources = self._keeps_source_rows(beam_idx)
+        if not same_sources:
             self.cross_attention_cache.reorder_cache(beam_idx)
-        self._map_state(lambda t: t.index_select(0, beam_idx.to(t.device)))
+        self._map_state(lambda t: t.index_select(0, beam_idx.to(t.device)), source_side=not same_sources)
 
     def _keeps_source_rows(self, beam_idx: torch.LongTensor) -> bool:
-        """True when row ``beam_idx[i]`` of every cross-attention key and value tensor equals row i (bitwise)."""
+        """True when row ``beam_idx[i]`` of every cross-attention key and value tensor and of every source-side
+        state tensor equals row i (bitwise)."""
         layers = self.cross_attention_cache.layers
         if not layers or any(type(layer) is not DynamicLayer or not layer.is_initialized for layer in layers):
             return False  # static, offloaded, quantised layers: update in place or elsewhere; reorder as stock does
         tensors = tuple(t for layer in layers for t in (layer.keys, layer.values))
+        tensors += tuple(t for _, (t, dim) in sorted(self.variant_state.items()) if dim is None)
+        if any(t.shape[0] != tensors[0].shape[0] for t in tensors):
+            return False
         known = self._source_runs
         if known is None or len(known[0]) != len(tensors) or any(a is not b for a, b in zip(known[0], tensors)):
             # dynamic layers replace their tensors on every update: identity says whether these runs are current.
             # runs[i] numbers the run of consecutive equal rows that row i belongs to
             n = tensors[0].shape[0]
             same = torch.ones(max(n - 1, 0), dtype=torch.bool, device=tensors[0].device)
-            for t in tensors:
-                same &= (t[1:] == t[:-1]).flatten(1).all(1)
+            for t in tensors if n > 1 else ():
+                same &= (t[1:] == t[:-1]).reshape(n - 1, -1).all(1)
             runs = torch.cat([same.new_zeros(min(n, 1), dtype=torch.long), (~same).long().cumsum(0)])
             self._source_runs = known = (tensors, runs)
         runs = known[1]

@@ -10,6 +10,7 @@ Per decoder layer, small FFNs shared by the heads read each head's query Q(s_i) 
     sigma   = min(J/6 * sigmoid(sigma_hat), mu/3, (J - mu)/3)    "approximate normalisation"     Eq. 12
     sigma   = max(sigma, gmm_sigma_min)          the paper is silent; sigma -> 0 at the edges gives NaN
     beta_ij = sum_k w_k / sqrt(2 pi sigma_k^2) * exp(-(j - mu_k)^2 / (2 sigma_k^2))              Eq. 6
+              (each term's log floored at -60: e^-60 is 0 next to any weight in float32; not in the paper)
     g       = sigmoid(ffn_g(q))                  one gate per head and target token              Eq. 14
     gamma   = (1 - g) alpha + g beta ;  context = dropout(gamma) V                               Eq. 13, 15
 j is the 0-based position of a source token among the real ones (padding on either side is skipped, so left
@@ -28,11 +29,11 @@ Variants (config switches; presets below):
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .attention_base import HfAttnConfigError, Hyperparameter, Preset, VariantAttention, float32_autocast_off
@@ -50,6 +51,8 @@ LAYER_SUBSETS = ("all", "top2", "middle2", "bottom2")
 SYNTHESIS_MAX_LOG_WEIGHT = 8.0
 SYNTHESIS_MAX_LOG_STEP = 10.0
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+# floor on each component's log density at a source position (`mixture_attention`); not in Zhang & Feng 2021
+LOG_DENSITY_FLOOR = -60.0
 
 
 def _gmm(**extra) -> dict:
@@ -58,13 +61,14 @@ def _gmm(**extra) -> dict:
 
 
 class SourceGeometry(NamedTuple):
-    """What Eq. 6 and 11-12 read from the source, ``[B|1, 1, 1, S]`` (``length``, ``length_6``: ``[B|1, 1, 1, 1]``);
+    """What Eq. 6 and 11-12 read from the source, ``[B|1, 1, 1, S]`` (``length``, ``length_2``: ``[B|1, 1, 1, 1]``);
     views of one tensor, which the decoding state keeps."""
 
-    scale: torch.Tensor  # on real source tokens 1/sqrt(2 pi), a normal density's constant (synthesis: 1); 0 on padding
+    scale: torch.Tensor  # Z's constant factor on real source tokens: 3/sqrt(2 pi) (approximate; strict: 1/sqrt(2 pi);
+    # synthesis: 1); 0 on padding
     pos: torch.Tensor  # j: 0-based position among the real tokens (skips left padding)
     length: torch.Tensor  # J: number of real tokens (Eq. 11)
-    length_6: torch.Tensor  # J / 6 (Eq. 12)
+    length_2: torch.Tensor  # J / 2 (Eq. 12 times 3)
     visible: torch.Tensor  # 1 on the keys a row may attend to (every key for an all-padding row: no NaN)
     bias: torch.Tensor  # 0 on visible keys, the dtype's minimum elsewhere (the dot product's mask, Eq. 1-2)
 
@@ -220,6 +224,9 @@ class GmmAttention(VariantAttention):
             for name, n_out in outs.items():
                 setattr(self, f"gmm_{name}", GmmFFN(dh, n_out))
             self.gmm_ffns = tuple(outs)
+        # each FFN's columns in `ffn_joint`'s output (mean, sigma, gate adjacent: `mixture_parameters`' one sigmoid)
+        ends = list(itertools.accumulate(outs.values())) if self.gmm_ffns else []
+        self.ffn_columns = {name: slice(end - outs[name], end) for name, end in zip(self.gmm_ffns, ends)}
         self.freeze_fixed_weights()
 
     def freeze_fixed_weights(self) -> None:
@@ -250,10 +257,8 @@ class GmmAttention(VariantAttention):
             if self.fusion == "dot":
                 gamma, beta, params = alpha, None, {}
             else:
-                raw = self.ffn_outputs(q32)
-                beta, params = self.mixture_attention(raw, geometry, ctx, details=details)
-                if self.fusion == "gate":
-                    g = torch.sigmoid(raw["gate"])  # Eq. 14, [B, H, T, 1]
+                beta, g, params = self.mixture_attention(self.ffn_joint(q32), geometry, ctx, details=details)
+                if self.fusion == "gate":  # g = sigmoid(ffn_g(q)), Eq. 14, [B, H, T, 1]
                     gamma = torch.lerp(alpha, beta, g)  # Eq. 13: (1 - g) alpha + g beta, in one op
                     if details:
                         params["gate"] = g.squeeze(-1)
@@ -277,16 +282,23 @@ class GmmAttention(VariantAttention):
         return torch.softmax(keep.fill_hidden(scores.mul_(self.scaling), torch.finfo(scores.dtype).min), dim=-1)
 
     def ffn_outputs(self, q):
-        """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14); the FFNs run as two matmuls (`ffn_weights`), with
-        tanh(a) = 2 sigmoid(2a) - 1 folded into them: V^T tanh(W^T x + b1) + b2 = 2V^T s + (b2 - V^T 1),
-        s = sigmoid(2 W^T x + 2 b1) (within 1e-6 of tanh; torch's CPU tanh is 3-4x slower than sigmoid)."""
-        w1, b1, w2, b2, sizes = self.ffn_weights()
-        hidden = F.linear(q, w1, b1)
+        """{'weight'|'mean'|'sigma'|'gate': ffn(q)} (Eq. 7-9, 14): `ffn_joint`'s columns by FFN."""
+        out = self.ffn_joint(q)
+        return {name: out[..., cols] for name, cols in self.ffn_columns.items()}
+
+    def ffn_joint(self, q):
+        """Every FFN's output on q [B,H,T,dh] (Eq. 7-9, 14), side by side [B,H,T,n] (`ffn_columns`). The FFNs run
+        as two matmuls (`ffn_weights`), with tanh(a) = 2 sigmoid(2a) - 1 folded into them: V^T tanh(W^T x + b1) + b2
+        = 2V^T s + (b2 - V^T 1), s = sigmoid(2 W^T x + 2 b1) (within 1e-6 of tanh; torch's CPU tanh is 3-4x slower
+        than sigmoid). The rows are the matmuls' columns: [n, rows] = W [n, dh] @ q^T, with the bias added by addmm;
+        on CPU this runs the two small-output matmuls in about half the time of ``F.linear`` on the 4-d q."""
+        w1, b1, w2, b2 = self.ffn_weights()
+        hidden = torch.addmm(b1, w1, q.reshape(-1, q.shape[-1]).T)
         hidden = torch.sigmoid(hidden) if torch.is_grad_enabled() else hidden.sigmoid_()
-        return dict(zip(self.gmm_ffns, F.linear(hidden, w2, b2).split(sizes, dim=-1)))
+        return torch.addmm(b2, w2, hidden).T.view(*q.shape[:-1], -1)
 
     def ffn_weights(self):
-        """(2 W, 2 b1, 2 V, b2 - V^T 1, output sizes) of `ffn_outputs`, float32: the FFNs' hidden layers stacked,
+        """(2 W, 2 b1, 2 V, b2 - V^T 1) of `ffn_joint`, float32 (biases as columns): the FFNs' hidden layers stacked,
         their output layers block-diagonal (each output reads its own FFN's hidden units only). Without autograd
         (decoding) they are built once and kept until a parameter changes, not at every step."""
         # per FFN: hidden.weight, hidden.bias, out.weight, out.bias (read from the module dicts: this runs at every
@@ -303,30 +315,36 @@ class GmmAttention(VariantAttention):
         out_weight = torch.block_diag(*params[2::4]).float()
         weights = (
             2 * torch.cat(params[0::4]).float(),
-            2 * torch.cat(params[1::4]).float(),
+            2 * torch.cat(params[1::4]).float()[:, None],
             2 * out_weight,
-            torch.cat(params[3::4]).float() - out_weight.sum(-1),
-            [f["out"].out_features for f in ffns],
+            (torch.cat(params[3::4]).float() - out_weight.sum(-1))[:, None],
         )
         self.__dict__["_ffn_weights"] = None if key is None else (key, weights)
         return weights
 
-    def mixture_attention(self, raw, geometry, ctx, details: bool = True):
-        """beta [B,H,T,S] (Eq. 6, or its Table 1 variants) and, with ``details``, the mixture parameters
-        {weights, mu, sigma, J} (else {}: decoding steps skip them)."""
-        log_coef, mu, inv_width, log_w, sigma = self.mixture_parameters(raw, geometry, ctx)
+    def mixture_attention(self, out, geometry, ctx, details: bool = True):
+        """(beta [B,H,T,S] (Eq. 6, or its Table 1 variants), the gate g [B,H,T,1] of Eq. 14 (None without the gate
+        fusion), and with ``details`` the mixture parameters {weights, mu, sigma, J} (else {}: decoding steps skip
+        them)), from ``out``, the FFNs' joint output (`ffn_joint`)."""
+        log_coef, mu, r, c, gate, params = self.mixture_parameters(out, geometry, ctx, details)
         # log of each component at each source position j: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2) = log_coef_k
-        # - z^2, z = (j - mu_k) / (sqrt(2) sigma_k) (a normal density's constant 1/sqrt(2 pi) is in geometry.scale)
-        z = (geometry.pos[..., None, :] - mu[..., None]) * inv_width[..., None]
-        logits = torch.addcmul(log_coef[..., None], z, z, value=-1)
+        # - c z^2, z = (j - mu_k) r_k (`mixture_parameters`: r, c and log_coef per normalisation; Z's constant factor
+        # is in geometry.scale). j - mu first: j r - mu r would lose digits to cancellation near the centre
+        z = geometry.pos[..., None, :] - mu[..., None]
+        z = z * r[..., None] if torch.is_grad_enabled() else z.mul_(r[..., None])
+        # floored at LOG_DENSITY_FLOOR: e^-60 ~ 1e-26 is 0 next to any attention weight in float32, and keeps exp
+        # off the CPU's underflow path (below about -87 torch.exp runs 8-30x slower; most positions of a
+        # concentrated component are far below it)
+        logits = torch.addcmul(log_coef[..., None], z, z, value=-c)
+        logits = logits.clamp_(min=LOG_DENSITY_FLOOR) if not torch.is_grad_enabled() else logits.clamp(LOG_DENSITY_FLOOR)
         if self.normalization == "strict":  # beta / sum_j beta (Table 1, "Our Method+Norm.")
             log_beta = torch.logsumexp(logits, dim=-2) + geometry.bias  # = masked_fill(~visible, min), exactly
             beta = torch.softmax(log_beta, dim=-1) * geometry.visible
         else:
-            beta = torch.exp(logits).sum(-2) * geometry.scale
-        if not details:
-            return beta, {}
-        return beta, {"weights": log_w.exp(), "mu": mu, "sigma": sigma, "source_length": geometry.length.flatten()}
+            beta = (logits.exp_() if not torch.is_grad_enabled() else logits.exp()).sum(-2) * geometry.scale
+        if details:
+            params["source_length"] = geometry.length.flatten()
+        return beta, gate, params
 
     def source_geometry(self, keep, ctx) -> SourceGeometry:
         """The source-side quantities of Eq. 6 and 11-12 (`SourceGeometry`), from the cross-attention mask.
@@ -343,39 +361,67 @@ class GmmAttention(VariantAttention):
             pos = real_f.cumsum(-1) - 1
             visible = nonempty(real).float()
             bias = (visible - 1) * -torch.finfo(real_f.dtype).min  # 0 on visible keys, the dtype's minimum elsewhere
-            scale = real_f if self.normalization == "synthesis" else real_f * math.exp(-_LOG_SQRT_2PI)
-            geometry = torch.stack([scale, pos, length.expand_as(real_f), (length / 6).expand_as(real_f), visible, bias],
+            # 1 / Z_k = scale / width_k (`mixture_parameters`); approximate: width = 3 sigma
+            scale = real_f * {"synthesis": 1.0, "strict": math.exp(-_LOG_SQRT_2PI), "approximate": 3 * math.exp(
+                -_LOG_SQRT_2PI)}[self.normalization]
+            geometry = torch.stack([scale, pos, length.expand_as(real_f), (length / 2).expand_as(real_f), visible, bias],
                                    dim=2)  # [B|1, 1, 6, 1, S]
-            if cached:  # per hypothesis (the cache reorders its state with the beams)
+            if cached:  # per hypothesis row (reordered with the beams only when they move between sentences)
                 geometry = geometry.expand(rows, -1, -1, -1, -1)
                 ctx.cache.set_state(name, geometry)
-        scale, pos, length, length_6, visible, bias = geometry.unbind(2)
-        return SourceGeometry(scale, pos, length[..., :1], length_6[..., :1], visible, bias)
+        # the same state tensor at every step of a beam search: its views are made once (eagerly; a compiled graph
+        # makes them itself)
+        memo = cached and not torch.compiler.is_compiling()
+        if memo and self.__dict__.get("_geometry_views", (None,))[0] is geometry:
+            return self.__dict__["_geometry_views"][1]
+        scale, pos, length, length_2, visible, bias = geometry.unbind(2)
+        views = SourceGeometry(scale, pos, length[..., :1], length_2[..., :1], visible, bias)
+        if memo:
+            self.__dict__["_geometry_views"] = (geometry, views)
+        return views
 
-    def mixture_parameters(self, raw, geometry, ctx):
-        """(log w - log Z, mu, 1 / (sqrt(2) sigma), log w, sigma), each [B,H,T,K], per Table 1, Eq. 10-12; log Z
-        without its constant log sqrt(2 pi) (`SourceGeometry.scale`)."""
-        k, sigma_min, length = self.num_components, self.sigma_min, geometry.length
-        shape = (*raw["mean"].shape[:-1], k)
+    def mixture_parameters(self, out, geometry, ctx, details: bool = False):
+        """(log_coef, mu, r, c, g, params) from the FFNs' joint output ``out`` (Table 1, Eq. 10-12, 14), each
+        [B,H,T,K] (g: [B,H,T,1] or None): component k at source position j has log(w_k / Z_k) - (j - mu_k)^2 /
+        (2 sigma_k^2) = log_coef_k - c ((j - mu_k) r_k)^2, with log_coef = log(w / width), r = 1 / width and
+        Z = width / geometry.scale; ``params`` holds {weights, mu, sigma} with ``details``, else it is empty.
+
+        approximate: width = 3 sigma, c = 9/2; strict: width = sigma, c = 1/2; synthesis (Z = 1): r = 1 / (sqrt(2)
+        sigma), c = 1, log_coef = log w."""
+        cols, k, sigma_min, length = self.ffn_columns, self.num_components, self.sigma_min, geometry.length
+        shape = (*out.shape[:-1], k)
         if self.normalization == "synthesis":  # Graves 2013 (Table 1): Z = 1
-            log_w = raw["weight"].clamp(max=SYNTHESIS_MAX_LOG_WEIGHT - math.log(k)).expand(shape)  # w = exp(w_hat)
-            mu = self.synthesis_means(raw["mean"].clamp(max=SYNTHESIS_MAX_LOG_STEP).exp().expand(shape), ctx)
-            # sigma = sqrt(exp(-sigma_hat) / 2)  <=>  1 / (sqrt(2) sigma) = exp(sigma_hat / 2) ; sigma >= sigma_min
-            inv_width = (0.5 * raw["sigma"].clamp(max=-math.log(2 * sigma_min**2))).exp().expand(shape)
-            sigma = torch.rsqrt(2 * inv_width.square().clamp(min=1e-30))
-            return log_w, mu, inv_width, log_w, sigma
+            gate = torch.sigmoid(out[..., cols["gate"]]) if self.fusion == "gate" else None
+            log_w = out[..., cols["weight"]].clamp(max=SYNTHESIS_MAX_LOG_WEIGHT - math.log(k)).expand(shape)  # w = e^.
+            mu = self.synthesis_means(out[..., cols["mean"]].clamp(max=SYNTHESIS_MAX_LOG_STEP).exp().expand(shape), ctx)
+            # sigma = sqrt(exp(-sigma_hat) / 2)  <=>  r = 1 / (sqrt(2) sigma) = exp(sigma_hat / 2) ; sigma >= sigma_min
+            r = (0.5 * out[..., cols["sigma"]].clamp(max=-math.log(2 * sigma_min**2))).exp().expand(shape)
+            params = {}
+            if details:
+                params = {"weights": log_w.exp(), "mu": mu, "sigma": torch.rsqrt(2 * r.square().clamp(min=1e-30))}
+            return log_w, mu, r, 1.0, gate, params
+        # Eq. 11, 12 (strict: sigma) and 14 take a sigmoid of their FFN's output: adjacent columns, one op
+        first = cols["mean"].start
+        squashed = torch.sigmoid(out[..., first:])
+
+        def sigmoid_of(name):
+            return squashed[..., cols[name].start - first:cols[name].stop - first]
+
+        gate = sigmoid_of("gate") if self.fusion == "gate" else None
         if self.uniform_weights:
-            log_w = torch.full(shape, -math.log(k), device=raw["mean"].device)
+            log_w = torch.full(shape, -math.log(k), device=out.device)
         else:
-            log_w = torch.log_softmax(raw["weight"], dim=-1).expand(shape)  # Eq. 10
-        mu = (length * torch.sigmoid(raw["mean"])).expand(shape)  # Eq. 11
-        if self.normalization == "approximate":  # Eq. 12
-            sigma = torch.minimum(geometry.length_6 * torch.sigmoid(raw["sigma"]), torch.minimum(mu, length - mu) / 3)
+            log_w = torch.log_softmax(out[..., cols["weight"]], dim=-1).expand(shape)  # Eq. 10
+        mu = (length * sigmoid_of("mean")).expand(shape)  # Eq. 11
+        if self.normalization == "approximate":  # Eq. 12 times 3: 3 sigma = min(J/2 sigmoid(sigma_hat), mu, J - mu)
+            width = torch.minimum(geometry.length_2 * sigmoid_of("sigma"), torch.minimum(mu, length - mu))
+            width, c = width.clamp(min=3 * sigma_min), 4.5  # (j - mu)^2 / (2 sigma^2) = 9/2 ((j - mu) / (3 sigma))^2
         else:  # strict (Table 1): sigma = J * sigmoid(sigma_hat)
-            sigma = (length * torch.sigmoid(raw["sigma"])).expand(shape)
-        sigma = sigma.clamp(min=sigma_min)
-        # Z = sqrt(2 pi) sigma: log Z's constant is in `SourceGeometry.scale` (strict normalisation cancels it)
-        return log_w - torch.log(sigma), mu, (sigma * math.sqrt(2)).reciprocal(), log_w, sigma
+            width, c = (length * sigmoid_of("sigma")).clamp(min=sigma_min).expand(shape), 0.5
+        params = {}
+        if details:
+            params = {"weights": log_w.exp(), "mu": mu, "sigma": width / 3 if self.normalization == "approximate" else width}
+        return log_w - torch.log(width), mu, width.reciprocal(), c, gate, params
 
     # ---- synthesis network: state over target positions -----------------------------------------------------------
     def synthesis_means(self, steps, ctx):
