@@ -92,7 +92,8 @@ def test_concentrated_components_match_eq_6_far_from_their_centres(grad):
     w, mu, sd = params["weights"].double(), params["mu"].double(), params["sigma"].double()
     assert torch.allclose(sd, torch.full_like(sd, module.sigma_min))
     j = torch.arange(j_len, dtype=torch.float64)
-    density = torch.exp(-((j - mu[..., None]) ** 2) / (2 * sd[..., None] ** 2)) / torch.sqrt(2 * math.pi * sd[..., None] ** 2)
+    sd = sd[..., None]
+    density = torch.exp(-((j - mu[..., None]) ** 2) / (2 * sd**2)) / torch.sqrt(2 * math.pi * sd**2)
     want = (w[..., None] * density).sum(-2)  # Eq. 6
     assert (want < 1e-30).float().mean() > 0.7  # most positions are far from every centre
     torch.testing.assert_close(beta.double(), want, rtol=1e-5, atol=1e-25)

@@ -503,7 +503,8 @@ class HfAttnCache(EncoderDecoderCache):
     def __init__(self, *caches) -> None:
         super().__init__(*caches)
         self.variant_state: dict[str, tuple[torch.Tensor, int | None]] = {}
-        # (the cross-attention tensors, the run of equal rows each row belongs to): see `_keeps_source_rows`
+        # (the cross-attention and source-side state tensors, the run of equal rows each row belongs to): see
+        # `_keeps_source_rows`
         self._source_runs: tuple[tuple[torch.Tensor, ...], torch.Tensor] | None = None
 
     @classmethod
@@ -530,13 +531,14 @@ class HfAttnCache(EncoderDecoderCache):
     def reset(self):
         super().reset()
         self.variant_state = {}
+        self._source_runs = None
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
         """Beam search's reordering. Each hypothesis stays within its sentence's rows (``generate`` never reorders the
         encoder's attention mask either), and those rows' cross-attention keys and values are equal: the encoder
         output repeated per beam. A reordering that maps every row onto an equal one leaves the cross-attention
         cache and the source-side state as they are instead of copying them (two ``index_select`` per layer and
-        step, about 2% of a beam search on CPU); any other reordering copies them, as `EncoderDecoderCache` does."""
+        step, about 3% of a beam search on CPU); any other reordering copies them, as `EncoderDecoderCache` does."""
         self.self_attention_cache.reorder_cache(beam_idx)
         same_sources = self._keeps_source_rows(beam_idx)
         if not same_sources:
@@ -570,10 +572,12 @@ class HfAttnCache(EncoderDecoderCache):
 
     def batch_repeat_interleave(self, repeats: int):
         super().batch_repeat_interleave(repeats)
+        self._source_runs = None  # (drops the references to the tensors it replaced)
         self._map_state(lambda t: t.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: torch.Tensor):
         super().batch_select_indices(indices)
+        self._source_runs = None
         self._map_state(lambda t: t[indices])
 
     def crop(self, tokens_to_remove: int) -> None:

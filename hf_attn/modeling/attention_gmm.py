@@ -336,7 +336,8 @@ class GmmAttention(VariantAttention):
         # off the CPU's underflow path (below about -87 torch.exp runs 8-30x slower; most positions of a
         # concentrated component are far below it)
         logits = torch.addcmul(log_coef[..., None], z, z, value=-c)
-        logits = logits.clamp_(min=LOG_DENSITY_FLOOR) if not torch.is_grad_enabled() else logits.clamp(LOG_DENSITY_FLOOR)
+        floor = LOG_DENSITY_FLOOR
+        logits = logits.clamp_(min=floor) if not torch.is_grad_enabled() else logits.clamp(min=floor)
         if self.normalization == "strict":  # beta / sum_j beta (Table 1, "Our Method+Norm.")
             log_beta = torch.logsumexp(logits, dim=-2) + geometry.bias  # = masked_fill(~visible, min), exactly
             beta = torch.softmax(log_beta, dim=-1) * geometry.visible
@@ -422,7 +423,8 @@ class GmmAttention(VariantAttention):
             width, c = (length * sigmoid_of("sigma")).clamp(min=sigma_min).expand(shape), 0.5
         params = {}
         if details:
-            params = {"weights": log_w.exp(), "mu": mu, "sigma": width / 3 if self.normalization == "approximate" else width}
+            sigma = width / 3 if self.normalization == "approximate" else width
+            params = {"weights": log_w.exp(), "mu": mu, "sigma": sigma}
         return log_w - torch.log(width), mu, width.reciprocal(), c, gate, params
 
     # ---- synthesis network: state over target positions -----------------------------------------------------------
