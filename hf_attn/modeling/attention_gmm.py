@@ -51,6 +51,9 @@ LAYER_SUBSETS = ("all", "top2", "middle2", "bottom2")
 SYNTHESIS_MAX_LOG_WEIGHT = 8.0
 SYNTHESIS_MAX_LOG_STEP = 10.0
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+# Z's constant factor per normalisation (`SourceGeometry.scale`): 1 / Z_k = scale / width_k, width as in
+# `mixture_parameters` (approximate: 3 sigma; strict: sigma; synthesis: Z = 1)
+_SCALE = {"approximate": 3 * math.exp(-_LOG_SQRT_2PI), "strict": math.exp(-_LOG_SQRT_2PI), "synthesis": 1.0}
 # floor on each component's log density at a source position (`mixture_attention`); not in Zhang & Feng 2021
 LOG_DENSITY_FLOOR = -60.0
 
@@ -330,19 +333,19 @@ class GmmAttention(VariantAttention):
         # log of each component at each source position j: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2) = log_coef_k
         # - c z^2, z = (j - mu_k) r_k (`mixture_parameters`: r, c and log_coef per normalisation; Z's constant factor
         # is in geometry.scale). j - mu first: j r - mu r would lose digits to cancellation near the centre
+        grad = torch.is_grad_enabled()  # without autograd the fresh [B,H,T,K,S] tensors are updated in place
         z = geometry.pos[..., None, :] - mu[..., None]
-        z = z * r[..., None] if torch.is_grad_enabled() else z.mul_(r[..., None])
+        z = z * r[..., None] if grad else z.mul_(r[..., None])
         # floored at LOG_DENSITY_FLOOR: e^-60 ~ 1e-26 is 0 next to any attention weight in float32, and keeps exp
         # off the CPU's underflow path (below about -87 torch.exp runs 8-30x slower; most positions of a
         # concentrated component are far below it)
         logits = torch.addcmul(log_coef[..., None], z, z, value=-c)
-        floor = LOG_DENSITY_FLOOR
-        logits = logits.clamp_(min=floor) if not torch.is_grad_enabled() else logits.clamp(min=floor)
+        logits = logits.clamp(min=LOG_DENSITY_FLOOR) if grad else logits.clamp_(min=LOG_DENSITY_FLOOR)
         if self.normalization == "strict":  # beta / sum_j beta (Table 1, "Our Method+Norm.")
             log_beta = torch.logsumexp(logits, dim=-2) + geometry.bias  # = masked_fill(~visible, min), exactly
             beta = torch.softmax(log_beta, dim=-1) * geometry.visible
         else:
-            beta = (logits.exp_() if not torch.is_grad_enabled() else logits.exp()).sum(-2) * geometry.scale
+            beta = (logits.exp() if grad else logits.exp_()).sum(-2) * geometry.scale
         if details:
             params["source_length"] = geometry.length.flatten()
         return beta, gate, params
@@ -362,19 +365,18 @@ class GmmAttention(VariantAttention):
             pos = real_f.cumsum(-1) - 1
             visible = nonempty(real).float()
             bias = (visible - 1) * -torch.finfo(real_f.dtype).min  # 0 on visible keys, the dtype's minimum elsewhere
-            # 1 / Z_k = scale / width_k (`mixture_parameters`); approximate: width = 3 sigma
-            scale = real_f * {"synthesis": 1.0, "strict": math.exp(-_LOG_SQRT_2PI), "approximate": 3 * math.exp(
-                -_LOG_SQRT_2PI)}[self.normalization]
-            geometry = torch.stack([scale, pos, length.expand_as(real_f), (length / 2).expand_as(real_f), visible, bias],
-                                   dim=2)  # [B|1, 1, 6, 1, S]
+            scale = real_f * _SCALE[self.normalization]
+            half = (length / 2).expand_as(real_f)
+            geometry = torch.stack([scale, pos, length.expand_as(real_f), half, visible, bias], dim=2)  # [B|1,1,6,1,S]
             if cached:  # per hypothesis row (reordered with the beams only when they move between sentences)
                 geometry = geometry.expand(rows, -1, -1, -1, -1)
                 ctx.cache.set_state(name, geometry)
         # the same state tensor at every step of a beam search: its views are made once (eagerly; a compiled graph
         # makes them itself)
         memo = cached and not torch.compiler.is_compiling()
-        if memo and self.__dict__.get("_geometry_views", (None,))[0] is geometry:
-            return self.__dict__["_geometry_views"][1]
+        known = self.__dict__.get("_geometry_views") if memo else None
+        if known is not None and known[0] is geometry:
+            return known[1]
         scale, pos, length, length_2, visible, bias = geometry.unbind(2)
         views = SourceGeometry(scale, pos, length[..., :1], length_2[..., :1], visible, bias)
         if memo:
