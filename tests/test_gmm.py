@@ -99,6 +99,38 @@ def test_concentrated_components_match_eq_6_far_from_their_centres(grad):
     torch.testing.assert_close(beta.double(), want, rtol=1e-5, atol=1e-25)
 
 
+@pytest.mark.parametrize("c", (4.5, 1.0), ids=("approximate", "synthesis"))
+def test_mixture_density_gradient_equals_autograd_through_eq_6(c):
+    """`MixtureDensity` writes out the gradient of Eq. 6; it equals autograd's through the same sum without the
+    floor (both in float64), to 1e-7: for wide and narrow components (most positions below the floor), a component of
+    width 0 (r = 0) and every position of a component under the floor (a tiny weight)."""
+    from hf_attn.modeling.attention_gmm import MixtureDensity
+
+    g = torch.Generator().manual_seed(0)
+    shape, j_len = (2, 3, 4, 4), 60
+    log_coef = torch.randn(shape, generator=g)
+    log_coef[0, 0, 0, 1] = -200.0  # the whole component under the floor
+    mu = torch.rand(shape, generator=g) * j_len
+    r = torch.rand(shape, generator=g) * 1.5  # up to 1 / (3 * sigma_min): narrow
+    r[1, 2, 3, 0] = 0.0
+    pos = torch.arange(j_len, dtype=torch.float32).expand(2, 1, 1, j_len)
+    scale = torch.rand(2, 1, 1, j_len, generator=g)
+    incoming = torch.randn(*shape[:-1], j_len, generator=g)
+
+    leaves = [x.double().requires_grad_() for x in (log_coef, mu, r)]
+    beta = MixtureDensity.apply(*leaves, c, pos.double(), scale.double())
+    beta.backward(incoming.double())
+    want_leaves = [x.double().requires_grad_() for x in (log_coef, mu, r)]
+    a, m, rr = want_leaves
+    z = (pos.double()[..., None, :] - m[..., None]) * rr[..., None]
+    want = (a[..., None] - c * z**2).exp().sum(-2) * scale.double()  # Eq. 6 (scale: Z's constant, 0 on padding)
+    want.backward(incoming.double())
+    torch.testing.assert_close(beta, want, rtol=1e-7, atol=1e-20)
+    for got, ref in zip(leaves, want_leaves):
+        torch.testing.assert_close(got.grad, ref.grad, rtol=1e-7, atol=1e-20)
+    assert ((a[..., None] - c * z**2) < -60).float().mean() > 0.3  # the floor holds at many positions
+
+
 @pytest.mark.parametrize("normalization", NORMALIZATIONS)
 def test_fused_weights_equal_the_equations_written_out(normalization):
     """One cross-attention call against Eq. 1-2, 6 and 10-15 (and the Table 1 variants) written out literally, per

@@ -93,6 +93,60 @@ def subset_layers(subset: str, num_layers: int) -> list[int] | None:
     return [start, start + 1]
 
 
+def log_densities(log_coef, mu, r, c, pos, offsets: bool = False):
+    """log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2) per component k and source position j, [..., K, S] (Eq. 6 in
+    logs), written log_coef_k - c z^2 with z = (j - mu_k) r_k (`GmmAttention.mixture_parameters` gives log_coef, mu,
+    r and c per normalisation; Z's constant factor is in the geometry's ``scale``) and floored at
+    `LOG_DENSITY_FLOOR`; with ``offsets`` also j - mu_k (else None).
+
+    j - mu first: j r - mu r would lose digits to cancellation near the centre. The floor is not in the paper:
+    e^-60 ~ 1e-26 is 0 next to any attention weight in float32, and it keeps exp off the CPU's underflow path
+    (below about -87 torch.exp runs 8-30x slower; most positions of a concentrated component are far below it)."""
+    grad = torch.is_grad_enabled()
+    d = pos[..., None, :] - mu[..., None]
+    z = d * r[..., None] if grad or offsets else d.mul_(r[..., None])  # without autograd, fresh tensors change in place
+    logits = torch.addcmul(log_coef[..., None], z, z, value=-c)
+    logits = logits.clamp(min=LOG_DENSITY_FLOOR) if grad else logits.clamp_(min=LOG_DENSITY_FLOOR)
+    return logits, (d if offsets else None)
+
+
+class MixtureDensity(torch.autograd.Function):
+    """beta_j = scale_j sum_k exp(L_kj), L_kj = log_coef_k - c r_k^2 (j - mu_k)^2 (Eq. 6; `log_densities`), [..., S],
+    with its gradient written out: autograd's chain over the [..., K, S] tensors (sub, mul, addcmul, clamp, exp,
+    sum and their backwards, about 20 passes) becomes 6 passes forward and 6 backward. With d = j - mu:
+        dL/dlog_coef = 1,   dL/dmu = 2 c r^2 d,   dL/dr = -2 c r d^2
+    Where the floor holds, L is constant, so its true gradient is 0; here those positions pass their e^-60 share
+    (below 1e-25 of the incoming gradient) instead, which saves a mask pass."""
+
+    @staticmethod
+    def evaluate(log_coef, mu, r, c, pos, scale, offsets: bool = False):
+        """(beta, the densities exp(L) [..., K, S], j - mu with ``offsets`` else None), without autograd."""
+        with torch.no_grad():
+            logits, d = log_densities(log_coef, mu, r, c, pos, offsets=offsets)
+            dens = logits.exp_()
+            return dens.sum(-2).mul_(scale), dens, d
+
+    @staticmethod
+    def forward(ctx, log_coef, mu, r, c, pos, scale):
+        beta, dens, d = MixtureDensity.evaluate(log_coef, mu, r, c, pos, scale, offsets=any(ctx.needs_input_grad[1:3]))
+        ctx.c = c
+        ctx.save_for_backward(dens, d, r, scale)
+        return beta
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        dens, d, r, scale = ctx.saved_tensors
+        g = dens * (grad * scale)[..., None, :]  # dloss/dL, [..., K, S]
+        d_log_coef, d_mu, d_r = g.sum(-1), None, None
+        if d is not None:
+            g_d = g.mul_(d).sum(-1)  # sum_j g d
+            g_d2 = g.mul_(d).sum(-1)  # sum_j g d^2
+            two_c_r = (2 * ctx.c) * r
+            d_mu, d_r = two_c_r * r * g_d, -two_c_r * g_d2
+        return d_log_coef, d_mu, d_r, None, None, None
+
+
 class GmmFFN(nn.Module):
     """ffn(x) = V^T tanh(W^T x + b1) + b2 (Eq. 7-9, 14), shared by the heads of one layer."""
 
@@ -330,22 +384,13 @@ class GmmAttention(VariantAttention):
         fusion), and with ``details`` the mixture parameters {weights, mu, sigma, J} (else {}: decoding steps skip
         them)), from ``out``, the FFNs' joint output (`ffn_joint`)."""
         log_coef, mu, r, c, gate, params = self.mixture_parameters(out, geometry, ctx, details)
-        # log of each component at each source position j: log(w_k / Z_k) - (j - mu_k)^2 / (2 sigma_k^2) = log_coef_k
-        # - c z^2, z = (j - mu_k) r_k (`mixture_parameters`: r, c and log_coef per normalisation; Z's constant factor
-        # is in geometry.scale). j - mu first: j r - mu r would lose digits to cancellation near the centre
-        grad = torch.is_grad_enabled()  # without autograd the fresh [B,H,T,K,S] tensors are updated in place
-        z = geometry.pos[..., None, :] - mu[..., None]
-        z = z * r[..., None] if grad else z.mul_(r[..., None])
-        # floored at LOG_DENSITY_FLOOR: e^-60 ~ 1e-26 is 0 next to any attention weight in float32, and keeps exp
-        # off the CPU's underflow path (below about -87 torch.exp runs 8-30x slower; most positions of a
-        # concentrated component are far below it)
-        logits = torch.addcmul(log_coef[..., None], z, z, value=-c)
-        logits = logits.clamp(min=LOG_DENSITY_FLOOR) if grad else logits.clamp_(min=LOG_DENSITY_FLOOR)
         if self.normalization == "strict":  # beta / sum_j beta (Table 1, "Our Method+Norm.")
-            log_beta = torch.logsumexp(logits, dim=-2) + geometry.bias  # = masked_fill(~visible, min), exactly
-            beta = torch.softmax(log_beta, dim=-1) * geometry.visible
+            log_beta = torch.logsumexp(log_densities(log_coef, mu, r, c, geometry.pos)[0], dim=-2) + geometry.bias
+            beta = torch.softmax(log_beta, dim=-1) * geometry.visible  # (+ bias = masked_fill(~visible, min), exactly)
+        elif torch.is_grad_enabled():
+            beta = MixtureDensity.apply(log_coef, mu, r, c, geometry.pos, geometry.scale)
         else:
-            beta = (logits.exp() if grad else logits.exp_()).sum(-2) * geometry.scale
+            beta = MixtureDensity.evaluate(log_coef, mu, r, c, geometry.pos, geometry.scale)[0]
         if details:
             params["source_length"] = geometry.length.flatten()
         return beta, gate, params
