@@ -29,15 +29,21 @@ Variants (config switches; presets below):
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Hyperparameter, Preset, VariantAttention, float32_autocast_off
-from .attention_base import nonempty, weighted_values
+from .attention_base import (
+    HfAttnConfigError,
+    Hyperparameter,
+    Preset,
+    VariantAttention,
+    float32_autocast_off,
+    nonempty,
+    weighted_values,
+)
 
 GMM_PAPER = (
     "Zhang & Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian "
@@ -145,6 +151,11 @@ class MixtureDensity(torch.autograd.Function):
             two_c_r = (2 * ctx.c) * r
             d_mu, d_r = two_c_r * r * g_d, -two_c_r * g_d2
         return d_log_coef, d_mu, d_r, None, None, None
+
+
+def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """x with zero rows appended up to ``rows`` rows (first dimension)."""
+    return x if x.shape[0] == rows else torch.cat([x, x.new_zeros(rows - x.shape[0], *x.shape[1:])])
 
 
 class GmmFFN(nn.Module):
@@ -281,9 +292,11 @@ class GmmAttention(VariantAttention):
             for name, n_out in outs.items():
                 setattr(self, f"gmm_{name}", GmmFFN(dh, n_out))
             self.gmm_ffns = tuple(outs)
-        # each FFN's columns in `ffn_joint`'s output (mean, sigma, gate adjacent: `mixture_parameters`' one sigmoid)
-        ends = list(itertools.accumulate(outs.values())) if self.gmm_ffns else []
-        self.ffn_columns = {name: slice(end - outs[name], end) for name, end in zip(self.gmm_ffns, ends)}
+        # each FFN's columns in `ffn_joint`'s output, one block of `ffn_block` columns per FFN (the unused ones of a
+        # block are 0; mean, sigma, gate adjacent: `mixture_parameters`' one sigmoid)
+        self.ffn_block = max(outs.values(), default=0)
+        self.ffn_columns = {name: slice(i * self.ffn_block, i * self.ffn_block + outs[name])
+                            for i, name in enumerate(self.gmm_ffns)}
         self.freeze_fixed_weights()
 
     def freeze_fixed_weights(self) -> None:
@@ -347,17 +360,19 @@ class GmmAttention(VariantAttention):
         """Every FFN's output on q [B,H,T,dh] (Eq. 7-9, 14), side by side [B,H,T,n] (`ffn_columns`). The FFNs run
         as two matmuls (`ffn_weights`), with tanh(a) = 2 sigmoid(2a) - 1 folded into them: V^T tanh(W^T x + b1) + b2
         = 2V^T s + (b2 - V^T 1), s = sigmoid(2 W^T x + 2 b1) (within 1e-6 of tanh; torch's CPU tanh is 3-4x slower
-        than sigmoid). The rows are the matmuls' columns: [n, rows] = W [n, dh] @ q^T, with the bias added by addmm;
-        on CPU this runs the two small-output matmuls in about half the time of ``F.linear`` on the 4-d q."""
+        than sigmoid). The rows are the matmuls' columns: [hidden, rows] = W [hidden, dh] @ q^T, with the bias added
+        by addmm; on CPU this runs the small-output matmuls in about half the time of ``F.linear`` on the 4-d q. The
+        output layers are one batched matmul over the FFNs ([FFN, block, dh] @ [FFN, dh, rows]): each reads its own
+        FFN's hidden units only, a quarter of one matmul over all of them."""
         w1, b1, w2, b2 = self.ffn_weights()
-        hidden = torch.addmm(b1, w1, q.reshape(-1, q.shape[-1]).T)
-        hidden = torch.sigmoid(hidden) if torch.is_grad_enabled() else hidden.sigmoid_()
-        return torch.addmm(b2, w2, hidden).T.view(*q.shape[:-1], -1)
+        hidden = torch.addmm(b1, w1, q.reshape(-1, q.shape[-1]).T).sigmoid_()  # (addmm's gradient needs no output)
+        out = torch.baddbmm(b2, w2, hidden.view(w2.shape[0], w2.shape[-1], -1))
+        return out.view(-1, out.shape[-1]).T.view(*q.shape[:-1], -1)
 
     def ffn_weights(self):
-        """(2 W, 2 b1, 2 V, b2 - V^T 1) of `ffn_joint`, float32 (biases as columns): the FFNs' hidden layers stacked,
-        their output layers block-diagonal (each output reads its own FFN's hidden units only). Without autograd
-        (decoding) they are built once and kept until a parameter changes, not at every step."""
+        """(2 W, 2 b1, 2 V, b2 - V^T 1) of `ffn_joint`, float32 (biases as columns): the FFNs' hidden layers stacked
+        [FFN * dh, dh], their output layers [FFN, block, dh] (zero rows pad an FFN with fewer outputs to the block).
+        Without autograd (decoding) they are built once and kept until a parameter changes, not at every step."""
         # per FFN: hidden.weight, hidden.bias, out.weight, out.bias (read from the module dicts: this runs at every
         # decoding step, and nn.Module.__getattr__ costs more than the rest of the cache check)
         ffns = [self._modules[f"gmm_{name}"]._modules for name in self.gmm_ffns]
@@ -369,12 +384,14 @@ class GmmAttention(VariantAttention):
             cached = self.__dict__.get("_ffn_weights")
             if cached is not None and cached[0] == key:
                 return cached[1]
-        out_weight = torch.block_diag(*params[2::4]).float()
+        block = self.ffn_block
+        out_weight = torch.stack([_pad_rows(w.float(), block) for w in params[2::4]])
+        out_bias = torch.stack([_pad_rows(b.float(), block) for b in params[3::4]]) - out_weight.sum(-1)
         weights = (
             2 * torch.cat(params[0::4]).float(),
             2 * torch.cat(params[1::4]).float()[:, None],
             2 * out_weight,
-            (torch.cat(params[3::4]).float() - out_weight.sum(-1))[:, None],
+            out_bias[..., None],
         )
         self.__dict__["_ffn_weights"] = None if key is None else (key, weights)
         return weights
