@@ -217,3 +217,42 @@ def test_ratio_quartiles_show_the_rounds_scatter(bench):
     table = bench.render_table(s, rows, {"train": times})
     assert "| rela-g | 0.90x (0.80-1.00) |" in table and "| stock-sdpa | 1.00x |" in table
     assert "(0." not in bench.render_table(s, rows)  # results without their times: the medians alone
+
+
+def test_gmm_budget_gives_shares_of_stock_time(tmp_path):
+    """scripts/gmm_budget.py: GMM's parts timed against stock in the same rounds, per training step and decode."""
+    budget = load_script("gmm_budget")
+    out = tmp_path / "budget.json"
+    threads = torch.get_num_threads()
+    try:
+        result = budget.main(["--rounds", "2", "--output", str(out), *SENTENCE])
+    finally:
+        torch.set_num_threads(threads)
+    layers, new_tokens = 1, 3
+    for kind, calls in (("train", layers), ("decode", layers * new_tokens)):
+        shares = result[kind]["shares"]
+        assert {"ffn", "mixture", "attend", "sdpa", "attend - sdpa"} <= set(shares)
+        assert all(v > 0 for k, v in shares.items() if k != "attend - sdpa")
+        assert result[kind]["calls"]["ffn"] == calls
+    # GMM's extra tensors in one layer: 4 FFNs (weight, mean, sigma, gate) x (hidden, out) x (weight, bias)
+    assert result["train"]["calls"]["adamw (16 tensors)"] == 1
+    assert json.loads(out.read_text())["settings"]["preset"] == "gmm"
+
+
+def test_gmm_budget_rejects_a_preset_without_gmm(capsys):
+    budget = load_script("gmm_budget")
+    with pytest.raises(SystemExit):
+        budget.main(["--preset", "rela-g", "--rounds", "1"])
+    err = capsys.readouterr().err
+    assert "--preset 'rela-g' does not use GMM cross-attention" in err and "gmm-strict" in err
+
+
+def test_gmm_budget_table_rows_match_their_parts():
+    budget = load_script("gmm_budget")
+    shares = {"ffn": 0.05, "mixture": 0.02, "attend": 0.09, "sdpa": 0.03, "attend - sdpa": 0.06}
+    result = {"settings": {"base": "marian", "d_model": 256, "layers": 3, "heads": 4, "rounds": 5},
+              "train": {"shares": {**shares, "adamw (48 tensors)": 0.006}, "reference_median_s": 0.5},
+              "decode": {"shares": {**shares, "attend - sdpa": 0.08}, "reference_median_s": 0.6}}
+    rows = {line.split(" | ")[0][2:]: line for line in budget.render(result).splitlines() if line.startswith("| ")}
+    assert rows["attend - sdpa"] == "| attend - sdpa | 6.0% | 8.0% |"
+    assert rows["adamw (48 tensors)"] == "| adamw (48 tensors) | 0.6% |  |"
