@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -33,6 +32,7 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark as B  # the benchmark's models, batches and settings
 
+import hf_attn
 from hf_attn.io_utils import write_json
 
 
@@ -65,8 +65,8 @@ def training_parts(args, model):
     geometry = module.source_geometry(keep, None)
     with torch.no_grad():
         ffn_out = module.ffn_joint(q)
-    grad_out = torch.randn(q.shape)
-    grad_beta = torch.randn(*q.shape[:-1], k.shape[-2])
+    grad_out = torch.randn(q.shape, device=q.device)
+    grad_beta = torch.randn(*q.shape[:-1], k.shape[-2], device=q.device)
     mask = keep.dense()
 
     def ffn():
@@ -117,20 +117,20 @@ def decoding_parts(args, model):
             "sdpa": (lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask), calls)}
 
 
-def shares(reference, parts: dict, rounds: int, desc: str) -> dict:
+def shares(args, reference, parts: dict, rounds: int, desc: str) -> dict:
     """Median over interleaved rounds of (time of a part's calls) / (time of ``reference()``) in the same round."""
     for fn in [reference] + [fn for fn, _ in parts.values()]:
         fn()  # warm-up
+
+    def repeated(fn, calls):
+        for _ in range(calls):
+            fn()
+
     times = {"reference": []} | {name: [] for name in parts}
     for _ in tqdm(range(rounds), desc=desc):
-        start = time.perf_counter()
-        reference()
-        times["reference"].append(time.perf_counter() - start)
+        times["reference"].append(B.timed(args, reference))  # (synchronises the device, as the benchmark does)
         for name, (fn, calls) in parts.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(B.timed(args, repeated, fn, calls))
     ratio = {name: [t / r for t, r in zip(times[name], times["reference"])] for name in parts}
     ratio["attend - sdpa"] = [a - s for a, s in zip(ratio["attend"], ratio["sdpa"])]
     return {"reference_median_s": statistics.median(times["reference"]),
@@ -160,18 +160,18 @@ def main(argv=None):
     if ours.rounds < 1:
         p.error(f"--rounds {ours.rounds}: need at least 1 round, e.g. 15")
     args = B.parse_args(["--presets", ours.preset, *rest])  # the benchmark's sizes and batches (--base, --d-model, ...)
-    if B.hf_attn.PRESETS[ours.preset].overrides.get("cross_attention") != "gmm":
+    if hf_attn.PRESETS[ours.preset].overrides.get("cross_attention") != "gmm":
         p.error(f"--preset {ours.preset!r} does not use GMM cross-attention; pick one of "
-                f"{sorted(n for n in B.hf_attn.PRESETS if n.startswith('gmm'))}")
+                f"{sorted(n for n in hf_attn.PRESETS if n.startswith('gmm'))}")
     torch.set_num_threads(args.threads)
     stock, stock_opt = B.build_stock(args)
     model, _ = B.build(args, ours.preset)
     train_batch = B.make_batch(args, args.batch, args.src_len, args.tgt_len)
     decode_batch = B.make_batch(args, args.decode_batch, args.decode_src_len)
-    train = shares(lambda: B.train_step(stock, stock_opt, train_batch), training_parts(args, model), ours.rounds,
+    train = shares(args, lambda: B.train_step(stock, stock_opt, train_batch), training_parts(args, model), ours.rounds,
                    "training parts")
     with torch.no_grad():
-        decode = shares(lambda: B.decode(args, stock, decode_batch), decoding_parts(args, model), ours.rounds,
+        decode = shares(args, lambda: B.decode(args, stock, decode_batch), decoding_parts(args, model), ours.rounds,
                         "decoding parts")
     settings = {"command": "python scripts/gmm_budget.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "preset": ours.preset, "rounds": ours.rounds, "base": args.base, "d_model": args.d_model,
