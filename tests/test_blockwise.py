@@ -45,16 +45,17 @@ def leaves(*shapes, seed=0, dtype=torch.float32):
     return [torch.randn(*shape, generator=g, dtype=dtype).requires_grad_() for shape in shapes]
 
 
+@pytest.mark.parametrize("chunk", [4, 16], ids=["blocks", "one-block"])
 @pytest.mark.parametrize("activation", bw.ACTIVATIONS)
 @pytest.mark.parametrize("t,s", [(11, 13), (13, 13), (1, 9), (3, 10)])
-def test_kernel_matches_the_full_computation(activation, t, s):
+def test_kernel_matches_the_full_computation(activation, t, s, chunk):
     """Values and gradients of q, k, v through the output and (relu: ReLUFormer's) both row sums (float64: only the
-    math may differ)."""
+    math may differ), block-wise and in one block (short inputs: its weights kept for the backward pass)."""
     stats = activation == "relu"
     for name, keep in masks(t, s):
         q, k, v = leaves((2, 3, t, 8), (2, 3, s, 8), (2, 3, s, 8), dtype=torch.float64)
         weights = [torch.randn(x.shape, dtype=torch.float64) for x in (q[..., :8], q[..., 0], q[..., 0])]
-        got = bw.blockwise_relu_attention(q, k, v, keep, activation=activation, slope=0.1, chunk=4, stats=stats)
+        got = bw.blockwise_relu_attention(q, k, v, keep, activation=activation, slope=0.1, chunk=chunk, stats=stats)
         want = reference(q, k, v, keep, activation, 0.1)
         got, want, weights = (x[:3 if stats else 1] for x in (got, want, weights))
         for x, y in zip(got, want):
@@ -84,9 +85,10 @@ def _dropout_matrix(seed, p, t, s, chunk):
     return drop
 
 
-def test_dropout_masks_are_reused_by_the_backward_pass():
+@pytest.mark.parametrize("chunk", [4, 16], ids=["blocks", "one-block"])
+def test_dropout_masks_are_reused_by_the_backward_pass(chunk):
     """With dropout, values and gradients equal the full computation under the very masks the forward pass drew."""
-    t, s, p, chunk = 10, 13, 0.3, 4
+    t, s, p = 10, 13, 0.3
     keep = KeepMask(t, s, causal=True, offset=s - t)
     q, k, v = leaves((2, 3, t, 8), (2, 3, s, 8), (2, 3, s, 8))
     torch.manual_seed(5)

@@ -8,14 +8,14 @@ so the output is a plain sum over blocks of keys, and so are ReLUFormer's row st
 ``sum_j a_ij`` and ``sum_j a_ij log a_ij``. `blockwise_relu_attention` walks blocks of ``chunk`` queries x ``chunk``
 keys and adds each block's share; causal blocks above the diagonal are skipped. The backward pass recomputes each
 block's scores instead of storing them, so only one ``[B, H, chunk, chunk]`` block of intermediates is alive at a
-time (the full computation keeps several ``[B, H, T, S]`` ones). Attention dropout draws each block's mask from its
-own generator, seeded from one seed drawn per call from torch's global RNG: the backward pass regenerates exactly
-the masks the forward pass used, and `torch.manual_seed` makes a training step reproducible.
+time (the full computation keeps several ``[B, H, T, S]`` ones). When one block covers every query and key (short
+inputs; ReLUFormer's training passes), the backward pass keeps that block's weights instead of recomputing them.
+Attention dropout draws each block's mask from its own generator, seeded from one seed drawn per call from torch's
+global RNG: the backward pass regenerates exactly the masks the forward pass used, and `torch.manual_seed` makes a
+training step reproducible.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -78,6 +78,11 @@ def _blocks(keep, q_len: int, k_len: int, chunk: int):
             index += 1
 
 
+def _single(blocks, q_len: int, k_len: int) -> bool:
+    """True when one block covers every query and key (short inputs)."""
+    return len(blocks) == 1 and blocks[0][1:] == (0, q_len, 0, k_len)
+
+
 def _dropout_mask(shape, p: float, seed: int, device, dtype) -> torch.Tensor:
     """F.dropout's mask for one block (keep with probability 1 - p, scaled by 1 / (1 - p)), from its own seed."""
     gen = torch.Generator(device=device)
@@ -121,55 +126,83 @@ class _BlockwiseReluAttention(torch.autograd.Function):
         # head-split projections are transposed views: every block's matmul would copy its slices (~10% of the time)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         b, h, t, _ = q.shape
+        blocks = list(_blocks(keep, t, k.shape[2], chunk))
+        ctx.keep, ctx.opts = keep, opts
+        ctx.set_materialize_grads(False)
+        if _single(blocks, t, k.shape[2]):  # short inputs: one block, whose weights backward keeps (no recompute)
+            x, a, _ = _BlockwiseReluAttention._scores(q, k, keep, 0, t, 0, k.shape[2], opts)
+            dropped = a * _dropout_mask(a.shape, dropout, seed, a.device, a.dtype) if dropout > 0 else a
+            out = torch.matmul(dropped.to(v.dtype), v)
+            total = s_log_s = q.new_zeros(0)
+            if stats:  # Shen et al. 2023 Eq. 7's row statistics: sum_j a_ij, sum_j a_ij log a_ij
+                total, s_log_s = a.sum(-1), _Scratch().log_of(a).mul_(a).sum(-1)
+            ctx.save_for_backward(q, k, v, a, None if x is a else x)
+            return out, total, s_log_s
         wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
         out = torch.zeros(b, h, t, v.shape[-1], dtype=wide, device=q.device)
         total = torch.zeros(b, h, t, dtype=wide, device=q.device) if stats else q.new_zeros(0)
         s_log_s = torch.zeros_like(total)
         scratch = _Scratch()
-        for index, q0, q1, k0, k1 in _blocks(keep, t, k.shape[2], chunk):
+        for index, q0, q1, k0, k1 in blocks:
             _, a, _ = _BlockwiseReluAttention._scores(q, k, keep, q0, q1, k0, k1, opts)
             dropped = a * _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else a
             out[:, :, q0:q1] += torch.matmul(dropped.to(v.dtype), v[:, :, k0:k1])
             if stats:  # Shen et al. 2023 Eq. 7's row statistics, sums over keys: sum_j a_ij, sum_j a_ij log a_ij
                 total[:, :, q0:q1] += a.sum(-1)
                 s_log_s[:, :, q0:q1] += scratch.log_of(a).mul_(a).sum(-1)
-        ctx.save_for_backward(q, k, v)
-        ctx.keep, ctx.opts = keep, opts
-        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, None, None)
         return out.to(v.dtype), total, s_log_s
 
     @staticmethod
     def backward(ctx, grad_out, grad_total, grad_s_log_s):
-        q, k, v = ctx.saved_tensors
+        q, k, v, kept, kept_x = ctx.saved_tensors
         keep, opts = ctx.keep, ctx.opts
-        activation, slope, dropout, chunk, _, stats, seed = opts
+        chunk, stats = opts[3], opts[5]
         grad_out = None if grad_out is None else grad_out.contiguous()  # (as q, k, v in forward)
+        # (without stats the row sums are empty placeholders; a compiled graph may hand them zero gradients)
+        grads = (grad_out, grad_total, grad_s_log_s) if stats else (grad_out, None, None)
+        if kept is not None:  # one block, its weights kept by forward
+            mask = None if opts[0] == "relu" else keep.block(0, q.shape[2], 0, k.shape[2], device=q.device)
+            return (*_BlockwiseReluAttention._block_grads(q, k, v, kept_x if kept_x is not None else kept, kept, mask,
+                                                          grads, opts, 0, _Scratch()), None, None)
         wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
         dq, dk, dv = (torch.zeros(x.shape, dtype=wide, device=x.device) for x in (q, k, v))
         scratch = _Scratch()
         for index, q0, q1, k0, k1 in _blocks(keep, q.shape[2], k.shape[2], chunk):
             x, a, mask = _BlockwiseReluAttention._scores(q, k, keep, q0, q1, k0, k1, opts)
-            if grad_out is not None:
-                g = grad_out[:, :, q0:q1]
-                drop = _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else None
-                dropped = a if drop is None else a * drop
-                dv[:, :, k0:k1] += torch.matmul(dropped.to(v.dtype).transpose(-1, -2), g)
-                grad_a = torch.matmul(g, v[:, :, k0:k1].transpose(-1, -2)).to(a.dtype)
-                if drop is not None:
-                    grad_a.mul_(drop)
-            else:
-                grad_a = torch.zeros_like(a)
-            if stats and (grad_total is not None or grad_s_log_s is not None):
-                # d sum_j a_ij / da_ij = 1 and d sum_j a_ij log a_ij / da_ij = log a_ij + 1 (a > 0; relu zeroes the
-                # rest): the per-row terms in one pass, then the log
-                rows = sum(t[:, :, q0:q1, None] for t in (grad_total, grad_s_log_s) if t is not None)
-                grad_a.add_(rows)
-                if grad_s_log_s is not None:
-                    grad_a.addcmul_(scratch.log_of(a), grad_s_log_s[:, :, q0:q1, None])
-            grad_x = activation_backward(grad_a, x, a, activation, slope)
-            if mask is not None and activation != "relu":  # relu: a, hence its gradient, is already 0 there
-                grad_x.mul_(mask)
-            grad_x = grad_x.to(q.dtype)
-            dq[:, :, q0:q1] += torch.matmul(grad_x, k[:, :, k0:k1])
-            dk[:, :, k0:k1] += torch.matmul(grad_x.transpose(-1, -2), q[:, :, q0:q1])
+            rows = [None if g is None else g[:, :, q0:q1] for g in grads]
+            grad_q, grad_k, grad_v = _BlockwiseReluAttention._block_grads(
+                q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], x, a, mask, rows, opts, index, scratch)
+            dq[:, :, q0:q1] += grad_q
+            dk[:, :, k0:k1] += grad_k
+            if grad_v is not None:
+                dv[:, :, k0:k1] += grad_v
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+
+    @staticmethod
+    def _block_grads(q, k, v, x, a, mask, grads, opts, index, scratch):
+        """(dq, dk, dv or None) of one block: q, k, v its rows and keys, x its scores, a = act(x) * keep, grads the
+        incoming gradients of its rows (output, row sums, row sums of a log a; each may be None)."""
+        activation, slope, dropout, _, _, stats, seed = opts
+        grad_out, grad_total, grad_s_log_s = grads
+        grad_v = None
+        if grad_out is not None:
+            drop = _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else None
+            dropped = a if drop is None else a * drop
+            grad_v = torch.matmul(dropped.to(v.dtype).transpose(-1, -2), grad_out)
+            grad_a = torch.matmul(grad_out, v.transpose(-1, -2)).to(a.dtype)
+            if drop is not None:
+                grad_a.mul_(drop)
+        else:
+            grad_a = torch.zeros_like(a)
+        if stats and (grad_total is not None or grad_s_log_s is not None):
+            # d sum_j a_ij / da_ij = 1 and d sum_j a_ij log a_ij / da_ij = log a_ij + 1 (a > 0; relu zeroes the
+            # rest): the per-row terms in one pass, then the log
+            grad_a.add_(sum(t[..., None] for t in (grad_total, grad_s_log_s) if t is not None))
+            if grad_s_log_s is not None:
+                grad_a.addcmul_(scratch.log_of(a), grad_s_log_s[..., None])
+        grad_x = activation_backward(grad_a, x, a, activation, slope)
+        if mask is not None and activation != "relu":  # relu: a, hence its gradient, is already 0 there
+            grad_x.mul_(mask)
+        grad_x = grad_x.to(q.dtype)
+        return torch.matmul(grad_x, k), torch.matmul(grad_x.transpose(-1, -2), q), grad_v

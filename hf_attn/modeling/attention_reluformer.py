@@ -21,6 +21,7 @@ Long inputs (the paper's 512-2048-token documents): when queries or keys outnumb
 the attention runs block-wise over queries and keys (`attention_blockwise`): h and the two row sums L_reg needs
 (sum_j s_ij and sum_j s_ij log s_ij) are sums over keys, accumulated block by block, and the backward pass
 recomputes each block, so memory grows linearly with the length. Same values and gradients as the full computation.
+Shorter inputs run the same kernel as one block whenever the statistics are needed (its backward is written out).
 
 Table 5 ablations are config switches: ``reluformer_scale=False`` (no variance reduction factor; the paper
 reports divergence) and ``reluformer_reg_weight=0`` (no regulariser).
@@ -69,7 +70,10 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     else:
         q = q * scaling
     weights = None
-    if use_blocks(q.shape[2], k.shape[2], chunk, need_weights):
+    if stats and not need_weights or use_blocks(q.shape[2], k.shape[2], chunk, need_weights):
+        # the kernel of `attention_blockwise` with its gradient written out: block-wise for long inputs, else one
+        # block (the statistics' half dozen [B,H,T,S] passes and their autograd nodes fused)
+        chunk = chunk if use_blocks(q.shape[2], k.shape[2], chunk, need_weights) else max(q.shape[2], k.shape[2])
         ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=stats)
     else:
         scores = torch.matmul(q, k.transpose(-1, -2))
