@@ -122,7 +122,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, keep, opts):
-        _, _, dropout, chunk, _, stats, seed = opts
+        chunk, stats = opts[3], opts[5]
         # head-split projections are transposed views: every block's matmul would copy its slices (~10% of the time)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         b, h, t, _ = q.shape
@@ -131,13 +131,9 @@ class _BlockwiseReluAttention(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         if _single(blocks, t, k.shape[2]):  # short inputs: one block, whose weights backward keeps (no recompute)
             x, a, _ = _BlockwiseReluAttention._scores(q, k, keep, 0, t, 0, k.shape[2], opts)
-            dropped = a * _dropout_mask(a.shape, dropout, seed, a.device, a.dtype) if dropout > 0 else a
-            out = torch.matmul(dropped.to(v.dtype), v)
-            total = s_log_s = q.new_zeros(0)
-            if stats:  # Shen et al. 2023 Eq. 7's row statistics: sum_j a_ij, sum_j a_ij log a_ij
-                total, s_log_s = a.sum(-1), _Scratch().log_of(a).mul_(a).sum(-1)
+            out, total, s_log_s = _BlockwiseReluAttention._block_outputs(a, v, opts, 0, _Scratch())
             ctx.save_for_backward(q, k, v, a, None if x is a else x)
-            return out, total, s_log_s
+            return out, (total if stats else q.new_zeros(0)), (s_log_s if stats else q.new_zeros(0))
         wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
         out = torch.zeros(b, h, t, v.shape[-1], dtype=wide, device=q.device)
         total = torch.zeros(b, h, t, dtype=wide, device=q.device) if stats else q.new_zeros(0)
@@ -145,13 +141,25 @@ class _BlockwiseReluAttention(torch.autograd.Function):
         scratch = _Scratch()
         for index, q0, q1, k0, k1 in blocks:
             _, a, _ = _BlockwiseReluAttention._scores(q, k, keep, q0, q1, k0, k1, opts)
-            dropped = a * _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else a
-            out[:, :, q0:q1] += torch.matmul(dropped.to(v.dtype), v[:, :, k0:k1])
-            if stats:  # Shen et al. 2023 Eq. 7's row statistics, sums over keys: sum_j a_ij, sum_j a_ij log a_ij
-                total[:, :, q0:q1] += a.sum(-1)
-                s_log_s[:, :, q0:q1] += scratch.log_of(a).mul_(a).sum(-1)
+            part, part_total, part_s_log_s = _BlockwiseReluAttention._block_outputs(a, v[:, :, k0:k1], opts, index,
+                                                                                    scratch)
+            out[:, :, q0:q1] += part
+            if stats:
+                total[:, :, q0:q1] += part_total
+                s_log_s[:, :, q0:q1] += part_s_log_s
         ctx.save_for_backward(q, k, v, None, None)
         return out.to(v.dtype), total, s_log_s
+
+    @staticmethod
+    def _block_outputs(a, v, opts, index, scratch):
+        """(dropout(a) v, and with stats the row sums sum_j a_ij and sum_j a_ij log a_ij (Shen et al. 2023 Eq. 7),
+        else None, None) of one block: a its weights, v its keys' values."""
+        _, _, dropout, _, _, stats, seed = opts
+        dropped = a * _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else a
+        out = torch.matmul(dropped.to(v.dtype), v)
+        if not stats:
+            return out, None, None
+        return out, a.sum(-1), scratch.log_of(a).mul_(a).sum(-1)
 
     @staticmethod
     def backward(ctx, grad_out, grad_total, grad_s_log_s):

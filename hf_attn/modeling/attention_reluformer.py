@@ -70,10 +70,11 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     else:
         q = q * scaling
     weights = None
-    if stats and not need_weights or use_blocks(q.shape[2], k.shape[2], chunk, need_weights):
+    blocks = use_blocks(q.shape[2], k.shape[2], chunk, need_weights)
+    if blocks or stats and not need_weights:
         # the kernel of `attention_blockwise` with its gradient written out: block-wise for long inputs, else one
         # block (the statistics' half dozen [B,H,T,S] passes and their autograd nodes fused)
-        chunk = chunk if use_blocks(q.shape[2], k.shape[2], chunk, need_weights) else max(q.shape[2], k.shape[2])
+        chunk = chunk if blocks else max(q.shape[2], k.shape[2])
         ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=stats)
     else:
         scores = torch.matmul(q, k.transpose(-1, -2))
