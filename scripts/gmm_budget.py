@@ -57,9 +57,8 @@ def capture(model, layer, run, call: int = 1):
     return module, found["inputs"]
 
 
-def training_parts(args, model):
-    """{part: (fn, calls per training step)} on one layer's captured training inputs."""
-    batch = B.make_batch(args, args.batch, args.src_len, args.tgt_len)
+def training_parts(args, model, batch):
+    """{part: (fn, calls per training step)} on one layer's inputs captured from a training pass over ``batch``."""
     model.train()
     module, (q, k, v, keep, ctx) = capture(model, 0, lambda: model(**batch))
     geometry = module.source_geometry(keep, None)
@@ -101,9 +100,9 @@ def training_parts(args, model):
             f"adamw ({len(params)} tensors)": (adamw, 1)}
 
 
-def decoding_parts(args, model):
-    """{part: (fn, calls per decode)} on one layer's captured inputs at decoding step 6 (or the last, if fewer)."""
-    batch = B.make_batch(args, args.decode_batch, args.decode_src_len)
+def decoding_parts(args, model, batch):
+    """{part: (fn, calls per decode)} on one layer's inputs captured at decoding step 6 (or the last, if fewer) of
+    ``batch``."""
     step = min(6, args.decode_len)
     module, (q, k, v, keep, ctx) = capture(model, min(1, args.layers - 1), lambda: B.decode(args, model, batch), step)
     geometry = module.source_geometry(keep, ctx)
@@ -168,11 +167,11 @@ def main(argv=None):
     model, _ = B.build(args, ours.preset)
     train_batch = B.make_batch(args, args.batch, args.src_len, args.tgt_len)
     decode_batch = B.make_batch(args, args.decode_batch, args.decode_src_len)
-    train = shares(args, lambda: B.train_step(stock, stock_opt, train_batch), training_parts(args, model), ours.rounds,
-                   "training parts")
+    train = shares(args, lambda: B.train_step(stock, stock_opt, train_batch), training_parts(args, model, train_batch),
+                   ours.rounds, "training parts")
     with torch.no_grad():
-        decode = shares(args, lambda: B.decode(args, stock, decode_batch), decoding_parts(args, model), ours.rounds,
-                        "decoding parts")
+        decode = shares(args, lambda: B.decode(args, stock, decode_batch), decoding_parts(args, model, decode_batch),
+                        ours.rounds, "decoding parts")
     settings = {"command": "python scripts/gmm_budget.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "preset": ours.preset, "rounds": ours.rounds, "base": args.base, "d_model": args.d_model,
                 "layers": args.layers, "heads": args.heads, "threads": args.threads, "torch": torch.__version__}
