@@ -32,6 +32,12 @@ the operators (Python, dispatch), per training step and decoding call (in `--lon
 
     python scripts/benchmark.py --presets rela-g,gmm --profile --output runs/bench_profile.json
 
+`--compile` compiles every model in place, stock included (`model.compile()`, inductor unless a backend is named),
+runs each path untimed until a pass over the models compiles nothing new (`warm_up`), then times compiled against
+compiled: what a user who compiles both models would see. One preset (beside softmax) per run:
+
+    python scripts/benchmark.py --presets gmm --compile --repeats 15 --output runs/bench_compiled.json
+
 The README's Speed section is generated from such JSON files (the block between the benchmark markers):
 
     python scripts/benchmark.py --readme README.md --from runs/bench.json runs/bench_long.json
@@ -43,6 +49,7 @@ import argparse
 import ctypes
 import gc
 import json
+import logging
 import os
 import resource
 import statistics
@@ -88,6 +95,10 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-memory", action="store_true", help="skip the per-model memory subprocesses")
     p.add_argument("--no-decode", action="store_true", help="time training steps only")
+    p.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                   help="compile every model in place, stock included (model.compile(backend=BACKEND), default "
+                        "inductor), and time compiled against compiled, one preset beside softmax per run; the calls "
+                        "that compile are not timed; no FLOP and memory columns")
     p.add_argument("--profile", action="store_true",
                    help="also profile three calls of every model (torch.profiler) and tabulate where each preset spends "
                         "time beyond stock: the operators with the largest extra self time, and the time outside them")
@@ -108,6 +119,18 @@ def parse_args(argv=None):
     args.presets = ["softmax"] + [n for n in names if n != "softmax"]
     if not 0 <= args.pad_fraction <= 1:
         p.error(f"--pad-fraction {args.pad_fraction}: must be in [0, 1], e.g. 0.25")
+    if args.compile:
+        backends = torch._dynamo.list_backends(exclude_tags=())
+        if args.compile not in backends:
+            p.error(f"--compile {args.compile!r}: not a torch.compile backend; use one of {backends}, e.g. inductor")
+        if args.long is not None:
+            p.error("--compile times the training step and beam search; leave it out with --long")
+        if len(args.presets) > 2:
+            p.error(f"--compile takes one preset beside softmax per run, not {len(args.presets) - 1} "
+                    f"({','.join(args.presets[1:])}): hf-attn models are one class, so dynamo keeps their graphs in "
+                    "shared caches and every compiled model adds guard checks to the calls of the others, which slows "
+                    "them; run once per preset")
+        args.no_memory = True  # (the memory subprocess would measure the eager model)
     if args.long is not None:
         try:
             args.long = [int(x) for x in str(args.long).split(",") if x.strip()]
@@ -330,20 +353,31 @@ def main(argv=None):
         return long_main(args, argv)
 
     models = build_all(args)
+    if args.compile:
+        # hf-attn models of every preset are one class, so their forward functions share dynamo's per-function cache:
+        # at its default limit (8 graphs) the later models would silently fall back to eager
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 16 * len(models))
+        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
+                                                               64 * len(models))
+        for model, _ in models.values():
+            model.compile(backend=args.compile)
+    fallbacks = RecompileLimitHits() if args.compile else None
     train_batch = make_batch(args, args.batch, args.src_len, args.tgt_len)
     decode_batch = make_batch(args, args.decode_batch, args.decode_src_len)
     kinds = ["train"] + ([] if args.no_decode else ["decode"])
     times = {k: {n: [] for n in models} for k in kinds}
     flops = {k: {} for k in kinds}
+    warmup = {}  # seconds of the untimed first call(s) per model: with --compile, mostly compilation
     profiles = {k: {} for k in kinds}
     # training, then decoding, as a user runs them: decoding with fixed weights keeps what a variant derives from
     # them alone (RAN's attention matrices) from one call to the next
     steps = {"train": lambda model, opt: train_step(model, opt, train_batch),
              "decode": lambda model, opt: decode(args, model, decode_batch)}
     for kind in kinds:
-        for name, (model, opt) in models.items():  # warm-up, not timed; then the FLOPs of a second, warm call
-            steps[kind](model, opt)
-            flops[kind][name] = matmul_flops(steps[kind], model, opt)
+        warmup[kind] = warm_up(args, steps[kind], models)  # untimed
+        if not args.compile:  # the FLOPs of a second, warm call
+            for name, (model, opt) in models.items():
+                flops[kind][name] = matmul_flops(steps[kind], model, opt)
         for name, (model, opt) in models.items() if args.profile else [(STOCK, models[STOCK])]:
             profiles[kind][name] = op_profile(args, steps[kind], model, opt)
         for order in rounds(args, models.items(), f"{kind}: interleaved rounds"):
@@ -355,9 +389,11 @@ def main(argv=None):
         row = {"preset": name, "params": sum(p.numel() for p in model.parameters())}
         for kind in kinds:
             row[f"{kind}_median_s"] = statistics.median(times[kind][name])
+            row[f"{kind}_warmup_s"] = warmup[kind][name]
             for ref, value in ratios(times[kind], name).items():
                 row[f"{kind}_ratio_vs_{ref}"] = value
-            row[f"{kind}_flop_ratio_vs_stock"] = flops[kind][STOCK] / flops[kind][name]
+            if flops[kind]:
+                row[f"{kind}_flop_ratio_vs_stock"] = flops[kind][STOCK] / flops[kind][name]
             if name == STOCK:
                 row[f"{kind}_attention_share"] = attention_share(profiles[kind][STOCK])
             if name in profiles[kind] and args.profile:
@@ -365,7 +401,46 @@ def main(argv=None):
         if not args.no_memory:
             row["train_peak_mem_mib"] = memory_in_subprocess(name, argv)
         rows.append(row)
-    return finish(args, argv, {"rows": rows, "times": times}, render_table(settings(args, argv), rows, times))
+    results = {"rows": rows, "times": times}
+    if fallbacks is not None:
+        results["compile_fallbacks"] = fallbacks.detach()
+    return finish(args, argv, results, render_table(settings(args, argv), rows, times, results.get("compile_fallbacks")))
+
+
+def warm_up(args, step, models: dict, max_passes: int = 5) -> dict:
+    """Untimed calls of ``step`` on every model: one each, or with ``--compile`` passes over all models until a
+    whole pass compiles no new graph (at most ``max_passes``): compiling one model can make dynamo recompile code
+    the models share (shapes it marks dynamic), so one call per model is not enough. Returns {name: seconds}."""
+    seconds = dict.fromkeys(models, 0.0)
+    graphs = torch._dynamo.utils.counters["stats"]
+    for _ in range(max_passes if args.compile else 1):
+        before = graphs["unique_graphs"]
+        for name, (model, opt) in models.items():
+            seconds[name] += timed(args, step, model, opt)
+        if graphs["unique_graphs"] == before:
+            break
+    return seconds
+
+
+class RecompileLimitHits(logging.Handler):
+    """Collects dynamo's "hit config.recompile_limit" warnings: each names a function that runs eagerly from then
+    on, so the compiled timings would be partly eager. `detach()` stops collecting and returns their first lines."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.hits: list[str] = []
+        self.logger = logging.getLogger("torch._dynamo.convert_frame")
+        self.logger.addHandler(self)
+
+    def emit(self, record):
+        message = record.getMessage()
+        if "recompile_limit" in message:
+            self.hits.append(" ".join(message.split("\n")[:2]))
+
+    def detach(self) -> list[str]:
+        self.logger.removeHandler(self)
+        super().close()
+        return self.hits
 
 
 def matmul_flops(fn, *a) -> int:
@@ -507,19 +582,27 @@ def ratio_quartiles(times: dict, name: str) -> tuple[float, float] | None:
     return q1, q3
 
 
-def render_table(s: dict, rows, times: dict | None = None) -> str:
+def render_table(s: dict, rows, times: dict | None = None, fallbacks: list[str] | None = None) -> str:
     """Markdown: the setting, then one row per model with its ratios against stock SDPA and hf-attn softmax; with
-    the per-round ``times`` (``{kind: {name: [seconds]}}``), the quartiles of the ratios against stock too."""
+    the per-round ``times`` (``{kind: {name: [seconds]}}``), the quartiles of the ratios against stock too; with
+    ``--compile``, a warning if dynamo fell back to eager anywhere (``fallbacks``, `RecompileLimitHits`)."""
     kinds = ["train"] + ([] if s["no_decode"] else ["decode"])
     head = (
         f"{model_description(s)}; train batch {s['batch']} x {s['src_len']}/{s['tgt_len']} tokens "
         f"({s['pad_fraction']:.0%} of rows padded); decode {s['decode_batch']} x {s['decode_src_len']} tokens, beam "
         f"{s['beams']}, {s['decode_len']} new tokens; {s['repeats']} interleaved rounds, median of per-round ratios "
         f"t_reference / t_preset (> 1 = faster); reference {STOCK} = stock {s['base']} with attn_implementation="
-        f"\"sdpa\"; {s['device_name']}, {s['threads']} threads, torch {s['torch']}. FLOP bound: the matrix-product "
-        f"FLOPs of stock / of the preset (torch's FlopCounterMode), the ratio a run bound by those products would "
-        f"reach"
+        f"\"sdpa\"; {s['device_name']}, {s['threads']} threads, torch {s['torch']}; "
     )
+    if s.get("compile"):
+        head += (f"every model, stock included, compiled in place with model.compile(backend=\"{s['compile']}\") "
+                 "and timed after untimed passes over all models until one compiles nothing new")
+        if fallbacks:
+            head += (f". WARNING: dynamo hit its recompile limit {len(fallbacks)} time(s), so part of the timed work "
+                     f"ran eagerly ({fallbacks[0]})")
+    else:
+        head += ("FLOP bound: the matrix-product FLOPs of stock / of the preset (torch's FlopCounterMode), the ratio a "
+                 "run bound by those products would reach")
     stock = next((r for r in rows if r["preset"] == STOCK and "train_attention_share" in r), None)
     if stock is not None:  # what an attention variant can gain at all in this setting
         shares = [(kind, stock[f"{kind}_attention_share"]) for kind in kinds]
@@ -532,7 +615,8 @@ def render_table(s: dict, rows, times: dict | None = None) -> str:
     head += "\n"
     cols = ["preset"]
     for kind in kinds:
-        cols += [f"{kind} vs stock SDPA", f"{kind} vs hf-attn softmax", f"{kind} s (median)", f"{kind} FLOP bound"]
+        cols += [f"{kind} vs stock SDPA", f"{kind} vs hf-attn softmax", f"{kind} s (median)"]
+        cols += [f"{kind} untimed calls s (compiling)"] if s.get("compile") else [f"{kind} FLOP bound"]
     mem = "train_peak_mem_mib" in rows[0]
     cols += ["train peak mem MiB"] if mem else []
     lines = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -542,8 +626,9 @@ def render_table(s: dict, rows, times: dict | None = None) -> str:
             spread = ratio_quartiles(times[kind], r["preset"]) if times and kind in times else None
             vs_stock = _x(r[f"{kind}_ratio_vs_stock"]) + (
                 f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread and r["preset"] != STOCK else "")
-            cells += [vs_stock, _x(r[f"{kind}_ratio_vs_softmax"]), f"{r[f'{kind}_median_s']:.3f}",
-                      _x(r.get(f"{kind}_flop_ratio_vs_stock"))]
+            cells += [vs_stock, _x(r[f"{kind}_ratio_vs_softmax"]), f"{r[f'{kind}_median_s']:.3f}"]
+            warm = r.get(f"{kind}_warmup_s")  # (results written before it was recorded: "-")
+            cells += [f"{warm:.0f}" if warm is not None else "-"] if s.get("compile") else [_x(r.get(f"{kind}_flop_ratio_vs_stock"))]
         cells += [_mib(r["train_peak_mem_mib"])] if mem else []
         lines.append("| " + " | ".join(cells) + " |")
     profiles = render_profile_table(rows, kinds)
@@ -660,7 +745,8 @@ def readme_block(sources: list[Path]) -> str:
         try:
             result = json.loads(path.read_text(encoding="utf-8"))
             s = result["settings"]
-            table = render_long_table(s, result["long_rows"]) if "long_rows" in result else render_table(s, result["rows"], result.get("times"))
+            table = (render_long_table(s, result["long_rows"]) if "long_rows" in result
+                     else render_table(s, result["rows"], result.get("times"), result.get("compile_fallbacks")))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise SystemExit(f"benchmark: {path} is not a benchmark result ({type(e).__name__}: {e}); pass the JSON "
                              "that scripts/benchmark.py --output wrote")

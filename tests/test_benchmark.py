@@ -4,6 +4,7 @@ with its plot, and the README block generated from the JSON."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -256,3 +257,55 @@ def test_gmm_budget_table_rows_match_their_parts():
     rows = {line.split(" | ")[0][2:]: line for line in budget.render(result).splitlines() if line.startswith("| ")}
     assert rows["attend - sdpa"] == "| attend - sdpa | 6.0% | 8.0% |"
     assert rows["adamw (48 tensors)"] == "| adamw (48 tensors) | 0.6% |  |"
+
+
+def test_compile_times_compiled_against_compiled(bench, tmp_path):
+    """--compile BACKEND compiles every model in place, stock included, before its untimed warm-up calls; the FLOP
+    and memory columns (measured on eager models) are left out. The cheap `eager` backend still runs dynamo."""
+    config, counters = torch._dynamo.config, torch._dynamo.utils.counters
+    limits = config.recompile_limit, config.accumulated_recompile_limit
+    counters.clear()
+    out = tmp_path / "compiled.json"
+    try:
+        run_main(bench, ["--presets", "softmax", *SENTENCE, "--compile", "eager", "--output", str(out)])
+        # the hf-attn models share one class, hence dynamo's per-function graph cache: its limit grows with them
+        assert config.recompile_limit >= 16 * 2
+    finally:
+        config.recompile_limit, config.accumulated_recompile_limit = limits
+    result = json.loads(out.read_text())
+    assert result["settings"]["compile"] == "eager" and result["settings"]["no_memory"]
+    assert result["compile_fallbacks"] == []
+    rows = {r["preset"]: r for r in result["rows"]}
+    assert list(rows) == ["stock-sdpa", "softmax"]
+    for r in rows.values():
+        assert r["train_median_s"] > 0 and r["decode_median_s"] > 0 and "train_flop_ratio_vs_stock" not in r
+        assert r["train_warmup_s"] > 0 and r["decode_warmup_s"] > 0
+    assert counters["stats"]["unique_graphs"] > 0  # dynamo captured graphs
+    table = out.with_suffix(".md").read_text()
+    assert 'compiled in place with model.compile(backend="eager")' in table and "| softmax | " in table
+    assert "untimed calls s (compiling)" in table and "FLOP bound" not in table and "WARNING" not in table
+
+
+def test_compile_option_errors(bench, capsys):
+    for bad, needle in ((["--compile", "inductr"], "not a torch.compile backend"),
+                        (["--compile", "--long", "8"], "leave it out with --long"),
+                        (["--compile", "--presets", "gmm,rela-g"], "one preset beside softmax per run, not 2")):
+        with pytest.raises(SystemExit) as e:
+            bench.parse_args(bad)
+        assert e.value.code == 2 and needle in capsys.readouterr().err
+    assert bench.parse_args(["--compile", "--presets", "gmm"]).compile == "inductor"
+
+
+def test_recompile_limit_hits_are_reported(bench):
+    """A function over dynamo's recompile limit runs eagerly from then on: the compiled table says so."""
+    hits = bench.RecompileLimitHits()
+    logging.getLogger("torch._dynamo.convert_frame").warning(
+        "torch._dynamo hit config.%s (%s)\n   function: 'forward' (x.py:1)\n   last reason: ...", "recompile_limit", 8)
+    logging.getLogger("torch._dynamo.convert_frame").warning("something else")
+    found = hits.detach()
+    assert found == ["torch._dynamo hit config.recompile_limit (8)    function: 'forward' (x.py:1)"]
+    settings = {**vars(bench.parse_args(SENTENCE)), "torch": "x", "device_name": "cpu", "compile": "inductor"}
+    rows = [{"preset": "stock-sdpa", "train_median_s": 1.0, "train_ratio_vs_stock": 1.0, "train_ratio_vs_softmax": 1.0,
+             "decode_median_s": 1.0, "decode_ratio_vs_stock": 1.0, "decode_ratio_vs_softmax": 1.0}]
+    table = bench.render_table(settings, rows, None, found)
+    assert "WARNING: dynamo hit its recompile limit 1 time(s)" in table and "'forward' (x.py:1)" in table
