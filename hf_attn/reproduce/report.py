@@ -227,14 +227,16 @@ def plot_attention_stats(runs: list[dict], path: Path, title: str) -> Path:
 # -------------------------------------------------------------------------------------------------- the report
 def load_benchmarks(output_dir: Path) -> dict:
     """{"benchmark/<file>": result} for the sentence-level `scripts/benchmark.py` results (JSON) in
-    ``output_dir/benchmark``: controlled speed ratios for the speed claims (``--long`` results are left out)."""
+    ``output_dir/benchmark``: controlled speed ratios for the speed claims (``--long`` results, and ``--compile``
+    ones, where every model runs compiled, are left out: the claims are judged on the models as they run eagerly)."""
     found = {}
     for path in sorted(Path(output_dir, "benchmark").glob("*.json")):
         try:
             result = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(result, dict) and isinstance(result.get("settings"), dict) and not result["settings"].get("long") \
+        settings = result.get("settings") if isinstance(result, dict) else None
+        if isinstance(settings, dict) and not settings.get("long") and not settings.get("compile") \
                 and isinstance(result.get("rows"), list):
             found[f"benchmark/{path.name}"] = result
     return found
