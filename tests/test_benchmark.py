@@ -74,7 +74,7 @@ def test_sentence_level_both_reference_columns(sentence_json):
     # the attention share: measured on stock only, a fraction, and the bound it gives is in the table's header
     for kind in ("train", "decode"):
         share = rows["stock-sdpa"][f"{kind}_attention_share"]
-        assert 0 < share < 1 and f"{kind}_attention_share" not in rows["softmax"]
+        assert 0 < share < 1 and f"{kind}_attention_share" not in rows["softmax"], (kind, share)
         assert f"{share:.0%} of its {kind} time" in table and f"{1 / (1 - share):.2f}x" in table
 
 
@@ -202,6 +202,23 @@ def test_extra_time_against_stock(bench):
     assert d["outside_s"] == pytest.approx(0.2)  # 0.4 outside the ops against stock's 0.2
     assert [op for op, _ in d["top"]] == ["aten::bmm", "aten::relu"]  # only ops that cost more, largest first
     assert bench.attention_share({"op_s": 0.8, "ops": {"aten::scaled_dot_product_attention": 0.2}}) == 0.25
+    assert bench.attention_share({"op_s": 0.8, "ops": {}, "attention_s": 0.08}) == pytest.approx(0.1)
+
+
+def test_attention_share_counts_sdpa_below_the_kept_operators(bench):
+    """The SDPA time comes from every profiled event: an SDPA call under the table's cut (here 50%) still counts."""
+    args = bench.parse_args(["--device", "cpu"])
+    big, q = torch.randn(400, 400), torch.randn(1, 1, 2, 4)
+
+    def work():
+        for _ in range(10):
+            big @ big
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    work()  # warm: the first SDPA call costs more
+    prof = bench.op_profile(args, work, calls=1, cut=0.5)
+    assert list(prof["ops"]) == ["aten::mm"]  # the only operator over the cut
+    assert 0 < prof["attention_s"] and 0 < bench.attention_share(prof) < 0.5
 
 
 def test_ratio_quartiles_show_the_rounds_scatter(bench):
