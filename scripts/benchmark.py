@@ -127,9 +127,9 @@ def parse_args(argv=None):
             p.error("--compile times the training step and beam search; leave it out with --long")
         if len(args.presets) > 2:
             p.error(f"--compile takes one preset beside softmax per run, not {len(args.presets) - 1} "
-                    f"({','.join(args.presets[1:])}): hf-attn models are one class, so dynamo keeps their graphs in "
-                    "shared caches and every compiled model adds guard checks to the calls of the others, which slows "
-                    "them; run once per preset")
+                    f"({','.join(args.presets[1:])}): the hf-attn models are one class and share dynamo's graph "
+                    "caches, and with several presets in one run their calls ran well behind compiled stock; run the "
+                    "script once per preset")
         args.no_memory = True  # (the memory subprocess would measure the eager model)
     if args.long is not None:
         try:
