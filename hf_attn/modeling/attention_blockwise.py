@@ -130,9 +130,9 @@ class _BlockwiseReluAttention(torch.autograd.Function):
         ctx.keep, ctx.opts = keep, opts
         ctx.set_materialize_grads(False)
         if _single(blocks, t, k.shape[2]):  # short inputs: one block, whose weights backward keeps (no recompute)
-            x, a, _ = _BlockwiseReluAttention._scores(q, k, keep, 0, t, 0, k.shape[2], opts)
+            x, a, mask = _BlockwiseReluAttention._scores(q, k, keep, 0, t, 0, k.shape[2], opts)
             out, total, s_log_s = _BlockwiseReluAttention._block_outputs(a, v, opts, 0, _Scratch())
-            ctx.save_for_backward(q, k, v, a, None if x is a else x)
+            ctx.save_for_backward(q, k, v, a, None if x is a else x, mask)
             return out, (total if stats else q.new_zeros(0)), (s_log_s if stats else q.new_zeros(0))
         wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
         out = torch.zeros(b, h, t, v.shape[-1], dtype=wide, device=q.device)
@@ -147,7 +147,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
             if stats:
                 total[:, :, q0:q1] += part_total
                 s_log_s[:, :, q0:q1] += part_s_log_s
-        ctx.save_for_backward(q, k, v, None, None)
+        ctx.save_for_backward(q, k, v, None, None, None)
         return out.to(v.dtype), total, s_log_s
 
     @staticmethod
@@ -163,16 +163,15 @@ class _BlockwiseReluAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_total, grad_s_log_s):
-        q, k, v, kept, kept_x = ctx.saved_tensors
+        q, k, v, kept, kept_x, kept_mask = ctx.saved_tensors
         keep, opts = ctx.keep, ctx.opts
         chunk, stats = opts[3], opts[5]
         grad_out = None if grad_out is None else grad_out.contiguous()  # (as q, k, v in forward)
         # (without stats the row sums are empty placeholders; a compiled graph may hand them zero gradients)
         grads = (grad_out, grad_total, grad_s_log_s) if stats else (grad_out, None, None)
-        if kept is not None:  # one block, its weights kept by forward
-            mask = None if opts[0] == "relu" else keep.block(0, q.shape[2], 0, k.shape[2], device=q.device)
-            return (*_BlockwiseReluAttention._block_grads(q, k, v, kept_x if kept_x is not None else kept, kept, mask,
-                                                          grads, opts, 0, _Scratch()), None, None)
+        if kept is not None:  # one block, its weights and mask kept by forward
+            return (*_BlockwiseReluAttention._block_grads(q, k, v, kept_x if kept_x is not None else kept, kept,
+                                                          kept_mask, grads, opts, 0, _Scratch()), None, None)
         wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
         dq, dk, dv = (torch.zeros(x.shape, dtype=wide, device=x.device) for x in (q, k, v))
         scratch = _Scratch()
