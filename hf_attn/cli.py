@@ -265,6 +265,10 @@ def reproduce_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's; use 1 with --jobs 2 on 2 cores)")
     p.add_argument("--sentences", type=int, default=200, help="pairs for the probe and attention statistics (default 200)")
     p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (default 1000, sacrebleu's)")
+    p.add_argument("--experiments", default=None, help="run the cells of an experiments file (e.g. "
+                   "results/experiments.json: each cell is PRESET@ARM, an arm a list of train flags) instead of "
+                   "--presets/--pairs/--steps/--seeds")
+    p.add_argument("--only", default=None, help="with --experiments: comma-separated experiment ids to run")
     p.add_argument("--report_only", "--report-only", action="store_true", help="only rebuild the report from the records")
     p.add_argument("--readme", default=None, help="also rewrite this README's block between <!-- reproduce-headline:start "
                    "--> and <!-- reproduce-headline:end --> with the report's headline table")

@@ -99,6 +99,32 @@ def matrix(presets, pairs, steps, seeds, base="marian", train_args=()) -> list[R
             for pair in pairs for n in steps for s in seeds for p in ordered]
 
 
+def experiment_specs(path: Path, only: list[str] | None = None) -> list[RunSpec]:
+    """The runs of an experiments file (`results/experiments.json`): every cell ``PRESET@ARM`` of every experiment
+    (or of those named in ``only``), at the file's seeds, pair and base and the experiment's step budget, with the
+    arm's extra `hf-attn train` flags; in file order, each run once."""
+    try:
+        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise HfAttnInputError(f"--experiments {str(path)!r}: cannot read it as JSON ({e})") from None
+    known = [x["id"] for x in cfg["experiments"]]
+    for name in only or ():
+        if name not in known:
+            raise HfAttnInputError(f"--only {name!r} is not an experiment of {str(path)!r}; valid: {', '.join(known)}")
+    source, target = cfg["pair"].split("-")
+    specs: dict[str, RunSpec] = {}
+    for x in cfg["experiments"]:
+        if only and x["id"] not in only:
+            continue
+        for cell in x["cells"]:
+            preset, arm = cell.split("@")
+            for seed in cfg["seeds"]:
+                spec = RunSpec(preset, source, target, x["steps"], seed, cfg.get("base", "marian"), tuple(x["arms"][arm]))
+                specs.setdefault(spec.name, spec)
+    matrix([s.preset for s in specs.values()], [cfg["pair"]], [1], [0])  # presets and pair checked as in a matrix
+    return list(specs.values())
+
+
 # -------------------------------------------------------------------------------------------------- one run
 def record_path(output_dir: Path, spec: RunSpec) -> Path:
     return Path(output_dir) / "runs" / f"{spec.name}.json"
@@ -288,8 +314,13 @@ def reproduce(a, train_args: list[str], command: str) -> int:
     output_dir = Path(a.output_dir)
     failed = []
     if not a.report_only:
-        specs = matrix(_csv(a.presets, "--presets"), _csv(a.pairs, "--pairs"), _csv(a.steps, "--steps", int),
-                       _csv(a.seeds, "--seeds", int), a.base, train_args)
+        if a.experiments:
+            if train_args:
+                raise HfAttnInputError("flags after -- with --experiments: each experiment's arms set the flags of its runs")
+            specs = experiment_specs(Path(a.experiments), _csv(a.only, "--only") if a.only else None)
+        else:
+            specs = matrix(_csv(a.presets, "--presets"), _csv(a.pairs, "--pairs"), _csv(a.steps, "--steps", int),
+                           _csv(a.seeds, "--seeds", int), a.base, train_args)
         check_train_args(specs, Path(a.runs_dir))
         remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)

@@ -58,6 +58,7 @@ _SKIP_CONFIG_FIELDS = {
     "vocab_size", "decoder_vocab_size", "pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id",
     "forced_eos_token_id", "forced_bos_token_id", "preset", "num_labels", "use_cache",
 }
+INIT_SCHEMES = ("marian", "xavier")
 LIST_FIELDS = ("encoder_attention", "decoder_attention", "cross_attention")
 LAYER_FIELDS = ("encoder_attention_layers", "decoder_attention_layers", "cross_attention_layers")
 
@@ -95,6 +96,21 @@ class HfAttnArguments:
     length_penalty: float = field(default=1.0, metadata={"help": "beam search length penalty"})
     generation_max_new_tokens: int = field(default=256, metadata={"help": "upper bound on generated tokens per sentence"})
     hub_repo_id: Optional[str] = field(default=None, metadata={"help": "with --push_to_hub: the repo (default --hub_model_id)"})
+    init_scheme: str = field(default="marian", metadata={
+        "help": "initialisation of a from-scratch model's attention projections and feed-forward layers: marian "
+                "(N(0, init_std = 0.02), Marian's and BART's default) or xavier (xavier_uniform, gain 1/sqrt(2) on the "
+                "query/key/value projections, zero biases: fairseq's Transformer, which the ReLA, ReLUFormer and "
+                "calibration papers train). Variant parameters keep their own, documented init",
+        "choices": list(INIT_SCHEMES)})
+    noam_factor: Optional[float] = field(default=None, metadata={
+        "help": "Noam schedule (Vaswani et al. 2017, Eq. 3): lr = factor * d_model**-0.5 * min(step**-0.5, step * "
+                "warmup**-1.5). Sets --learning_rate to its peak factor * (d_model * warmup_steps)**-0.5 with "
+                "--lr_scheduler_type inverse_sqrt (the same shape). The ReLA authors: factor 1, d_model 512, 4,000 "
+                "warm-up steps (peak 7e-4)"})
+    average_checkpoints: int = field(default=0, metadata={
+        "help": "average the weights of the last N checkpoints (saved every --save_steps; the final step's "
+                "weights count as one) before validation and the test translation, as the papers do (Vaswani et al. "
+                "2017: the last 5); 0 or 1: the final weights. Keeps N checkpoints on disk"})
     embedding_init_std: Optional[float] = field(default=None, metadata={
         "help": "std of the token embeddings at init, for a model trained from scratch (default d_model**-0.5, as in "
                 "fairseq and the ReLA authors' code: unit scale after the sqrt(d_model) embedding scale; 0: the "

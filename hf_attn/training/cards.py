@@ -58,6 +58,10 @@ def _hyperparameter_table(run: dict) -> str:
         ("init", f"N(0, {cfg.get('init_std')}), token embeddings N(0, {tr['embedding_init_std']})"
                  f"{' x sqrt(d_model)' if cfg.get('scale_embedding') else ''}"
          if tr.get("embedding_init_std") is not None else None),
+        ("layer init", {"xavier": "xavier_uniform (fairseq's), zero biases"}.get(tr.get("init_scheme"), None)),
+        ("checkpoint averaging", ", ".join(tr["averaged_checkpoints"]) if tr.get("averaged_checkpoints") else None),
+        ("decoding", f"beam {run.get('num_beams')}, length penalty {run.get('length_penalty')}"
+         if run.get("num_beams") else None),
         ("budget", run.get("budget")),
         ("trained", f"{run.get('train_steps')} steps, {run.get('epochs')} epochs, {run.get('train_minutes')} min, "
                     f"{run.get('tokens_per_second')} target tokens/s on {run.get('device')}"),

@@ -111,3 +111,61 @@ class RunLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+# -------------------------------------------------------------------------------------------------- averaging
+def complete_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Every complete ``checkpoint-N`` of ``output_dir``, oldest first."""
+    out = Path(output_dir)
+    found = sorted((int(m.group(1)), p) for p in out.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
+    return [(step, p) for step, p in found if is_complete(p)]
+
+
+def checkpoint_weights(d: Path) -> dict:
+    """The tensors of a checkpoint's ``model.safetensors``."""
+    from safetensors.torch import load_file
+
+    path = Path(d) / "model.safetensors"
+    if not path.is_file():
+        raise HfAttnInputError(f"{str(d)!r} has no model.safetensors to average; give checkpoints saved by `hf-attn train`")
+    return load_file(str(path))
+
+
+def average_weights(model, states: list[dict]) -> None:
+    """Load the element-wise mean of ``states`` into ``model`` (floating tensors averaged in float32; integer buffers,
+    e.g. a step counter, taken from the newest state). Checkpoint averaging as in Vaswani et al. 2017 (Sec. 6.1).
+    Every trainable model tensor must come from the states, directly or through a tied weight (fixed tensors such
+    as Marian's sinusoidal positions are not saved, and stay as they are)."""
+    import torch
+
+    keys = [k for k in states[-1] if all(k in s for s in states)]
+    avg = {}
+    for k in keys:
+        t = states[-1][k]
+        avg[k] = (torch.stack([s[k].float() for s in states]).mean(0).to(t.dtype) if t.is_floating_point() else t)
+    missing, unexpected = model.load_state_dict(avg, strict=False)
+    loaded = {model.state_dict()[k].data_ptr() for k in avg if k in model.state_dict()}
+    fixed = {k for k, p in model.named_parameters() if not p.requires_grad}
+    untied = [k for k in missing if k not in fixed and model.state_dict()[k].data_ptr() not in loaded]
+    if untied or unexpected:
+        name = (untied or unexpected)[0]
+        raise HfAttnInputError(f"cannot average these checkpoints: tensor {name!r} is "
+                               f"{'missing from' if untied else 'not in the model but in'} them; average checkpoints of "
+                               "one run")
+
+
+def average_last_checkpoints(model, output_dir: str | os.PathLike, n: int, final_step: int) -> list[str]:
+    """Average the final weights (``model``) with the newest complete checkpoints of ``output_dir`` up to
+    ``final_step``, ``n`` sets of weights in all (a checkpoint of ``final_step`` is the final weights); returns what
+    was averaged, oldest first ("final" for the model's own weights when no checkpoint holds them)."""
+    ckpts = [(s, p) for s, p in complete_checkpoints(output_dir) if s <= final_step]
+    if ckpts and ckpts[-1][0] == final_step:
+        ckpts = ckpts[-n:]
+        names, states = [p.name for _, p in ckpts], [checkpoint_weights(p) for _, p in ckpts]
+    else:
+        ckpts = ckpts[-(n - 1):] if n > 1 else []
+        names = [p.name for _, p in ckpts] + ["final"]
+        states = [checkpoint_weights(p) for _, p in ckpts] + [{k: v.detach().clone() for k, v in model.state_dict().items()}]
+    if len(states) > 1:
+        average_weights(model, states)
+    return names

@@ -95,6 +95,53 @@ def init_embeddings(model, std: float | None) -> float:
     return std
 
 
+# fairseq's Transformer: MultiheadAttention.reset_parameters (xavier_uniform, gain 1/sqrt(2) on q/k/v when the three
+# have one size; out_proj gain 1, bias 0) and its `Linear` helper for the feed-forward layers (xavier_uniform, bias 0)
+_XAVIER_GAINS = {"q_proj": 2 ** -0.5, "k_proj": 2 ** -0.5, "v_proj": 2 ** -0.5, "out_proj": 1.0, "fc1": 1.0, "fc2": 1.0}
+
+
+def init_layers(model, scheme: str) -> int:
+    """Re-initialise the attention projections and feed-forward layers of every encoder/decoder layer with
+    ``scheme`` ("xavier": fairseq's init, `_XAVIER_GAINS`, zero biases; "marian": leave the model's N(0, init_std)).
+    Variant parameters (GMM's FFNs, calibration's mask network, ReLA's gains, RAN's maps) keep their own init, and
+    so do the embeddings (`init_embeddings`). Returns the number of layers re-initialised."""
+    import torch
+
+    if scheme == "marian":
+        return 0
+    count = 0
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            parts = name.split(".")
+            if not isinstance(module, torch.nn.Linear) or "layers" not in parts or parts[-1] not in _XAVIER_GAINS:
+                continue
+            torch.nn.init.xavier_uniform_(module.weight, gain=_XAVIER_GAINS[parts[-1]])
+            if module.bias is not None:
+                module.bias.zero_()
+            count += 1
+    return count
+
+
+def noam_learning_rate(factor: float, d_model: int, warmup_steps: int) -> float:
+    """The Noam schedule's peak (Vaswani et al. 2017, Eq. 3), reached at step ``warmup_steps``:
+    factor * d_model**-0.5 * warmup**-0.5. After the peak it decays as step**-0.5, which is transformers'
+    inverse_sqrt schedule."""
+    return factor * (d_model * warmup_steps) ** -0.5
+
+
+def apply_noam(hargs, targs, d_model: int, given: set) -> None:
+    """--noam_factor: the learning rate becomes the Noam peak for this d_model and --warmup_steps."""
+    sched = str(getattr(targs.lr_scheduler_type, "value", targs.lr_scheduler_type))
+    if "learning_rate" in given:
+        raise HfAttnInputError(f"--noam_factor {hargs.noam_factor} sets the learning rate (factor * (d_model * "
+                               "warmup_steps)**-0.5); drop --learning_rate")
+    if sched != "inverse_sqrt":
+        raise HfAttnInputError(f"--noam_factor needs --lr_scheduler_type inverse_sqrt (the Noam shape), not {sched!r}")
+    if not targs.warmup_steps or targs.warmup_steps < 1:
+        raise HfAttnInputError(f"--noam_factor needs --warmup_steps >= 1 (the step of the peak), not {targs.warmup_steps}")
+    targs.learning_rate = noam_learning_rate(hargs.noam_factor, d_model, int(targs.warmup_steps))
+
+
 def scaled_anneal(preset: str, max_steps: int, overrides: dict) -> dict:
     """Attention calibration's annealing ratio r = exp(-step / T) (Lu et al. 2021, Eq. 9) uses T = 1e5 for runs of
     150k steps, so r ends at exp(-1.5) = 0.22. Under a shorter step budget the same T leaves r >= 0.99: the run would
@@ -152,7 +199,8 @@ def _prepare_output_dir(out_dir: Path, hargs, given: set) -> tuple[Path, str | N
 
 RESUMED_FLAGS = ("preset", "base", "corpus", "source", "target", "train_file", "validation_file", "test_file", "dataset",
                  "dataset_config_name", "vocab_size", "spm_model_type", "max_train_samples", "max_source_length",
-                 "max_target_length", "max_length_ratio", "init_from", "tokenizer_name", "embedding_init_std")
+                 "max_target_length", "max_length_ratio", "init_from", "tokenizer_name", "embedding_init_std",
+                 "init_scheme", "noam_factor", "average_checkpoints")
 
 
 def train(hargs, targs, overrides: dict | None = None, given: set | None = None, extra_callbacks=None) -> dict | None:
@@ -219,6 +267,7 @@ def _build_model(hargs, targs, last, overrides: dict, tokenizer, base: str):
         config = cfg_cls.from_preset(hargs.preset, **kw)
         model = model_cls(config)
         embedding_init_std = init_embeddings(model, hargs.embedding_init_std)
+        init_layers(model, hargs.init_scheme)
     configure_generation(model, tokenizer, base, hargs.num_beams, hargs.length_penalty,
                          max_length=hargs.generation_max_new_tokens + 2)
     return model, base, embedding_init_std
@@ -359,6 +408,8 @@ def _results(c, model, src_test: list[str], hyps: list[str]) -> dict:
     }
     run["training"]["lr_scheduler_type"] = str(getattr(targs.lr_scheduler_type, "value", targs.lr_scheduler_type))
     run["training"]["embedding_init_std"] = c.embedding_init_std
+    run["training"].update(init_scheme=hargs.init_scheme, noam_factor=hargs.noam_factor,
+                           averaged_checkpoints=c.averaged)
     return run
 
 
@@ -420,6 +471,10 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
                              hargs.max_source_length, hargs.max_target_length, filter_long=False,
                              desc="tokenizing validation")
 
+    if hargs.noam_factor:
+        apply_noam(hargs, targs, model.config.d_model, given)
+    if hargs.average_checkpoints > 1 and targs.save_total_limit is not None:
+        targs.save_total_limit = max(targs.save_total_limit, hargs.average_checkpoints)
     push_after = bool(targs.push_to_hub)
     targs.push_to_hub = False  # we push the finished directory ourselves (card, results, no checkpoints)
     trainer, budget = _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra_callbacks)
@@ -432,6 +487,12 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     say(f"training {hargs.preset} for {plan} (batch {targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps} "
         f"accumulation x {targs.world_size} process(es), lr {targs.learning_rate}, {targs.lr_scheduler_type})")
     done, train_seconds, tokens = _fit(trainer, hargs, targs, last, out_dir)
+    averaged = None
+    if hargs.average_checkpoints > 1:
+        from .checkpoints import average_last_checkpoints
+
+        averaged = average_last_checkpoints(trainer.model, out_dir, hargs.average_checkpoints, trainer.state.global_step)
+        say(f"averaged the weights of {len(averaged)} checkpoints: {', '.join(averaged)}")
     loss_hist = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     val = trainer.evaluate(metric_key_prefix="validation")
     trainer.save_model(str(out_dir))  # every process calls it (FSDP/DeepSpeed gather); only the main one writes
@@ -442,7 +503,8 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, hargs=hargs, targs=targs, out_dir=out_dir, base=base,
         overrides=overrides, n_params=n_params, train_ds=train_ds, eval_ds=eval_ds, val=val, loss_hist=loss_hist,
         budget=budget, plan=plan, train_seconds=train_seconds, tokens=tokens, tokenizer_info=tokenizer_info,
-        embedding_init_std=embedding_init_std, t_start=t_start, push_after=push_after, kept_memory=kept_memory))
+        embedding_init_std=embedding_init_std, t_start=t_start, push_after=push_after, kept_memory=kept_memory,
+        averaged=averaged))
 
 def loss_curves(log_history: list[dict], final_step: int, final_validation_loss) -> dict:
     """``{"train_loss": [[step, loss], ...], "validation_loss": [[step, loss], ...]}`` from Trainer's log history

@@ -77,6 +77,8 @@ TRAIN_FLAGS: list[Check] = [
     _row("max_eval_samples", int_ge(0)),
     _row("max_predict_samples", int_ge(0)),
     _row("minutes", num_ge(0)),
+    _row("noam_factor", num_gt(0)),
+    _row("average_checkpoints", int_ge(0)),
     ("embedding_init_std", lambda v: _num(v) and v >= 0,
      "a std >= 0 (0 keeps the model's init_std; default d_model**-0.5)"),
 ]
