@@ -213,6 +213,7 @@ class KeepMask:
     causal: bool = False
     offset: int = 0
     explicit: torch.Tensor | None = None
+    home: torch.device | None = None  # where masks are built when no tensor is held (causal only: no padding)
 
     @classmethod
     def from_dense(cls, mask: torch.Tensor) -> KeepMask:
@@ -222,7 +223,7 @@ class KeepMask:
     @property
     def device(self) -> torch.device:
         held = self.explicit if self.explicit is not None else self.padding
-        return held.device if held is not None else torch.device("cpu")
+        return held.device if held is not None else self.home or torch.device("cpu")
 
     @property
     def all_visible(self) -> bool:
@@ -360,7 +361,7 @@ class KeepMask:
         if self.explicit is not None:
             return KeepMask.from_dense(self.explicit[..., -k_len:])
         padding = None if self.padding is None else self.padding[:, -k_len:]
-        return KeepMask(self.q_len, k_len, padding, self.causal, self.offset - (self.k_len - k_len))
+        return KeepMask(self.q_len, k_len, padding, self.causal, self.offset - (self.k_len - k_len), home=self.home)
 
 
 def keep_mask_interface(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
@@ -373,7 +374,9 @@ def keep_mask_interface(batch_size, q_length, kv_length, q_offset=0, kv_offset=0
             padding = padding.bool()
             if not torch.compiler.is_compiling():  # (a host check: a compiled graph keeps the mask, same result)
                 padding = None if padding.all() else padding
-        return KeepMask(q_length, kv_length, padding, mask_function is causal_mask_function, q_offset)
+        device = kwargs.get("device")
+        return KeepMask(q_length, kv_length, padding, mask_function is causal_mask_function, q_offset,
+                        home=torch.device(device) if device is not None else None)
     kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
     kwargs.pop("dtype", None)
     kwargs.pop("config", None)
@@ -424,7 +427,8 @@ def weighted_values(weights, v, dropout: float, training: bool, need_weights: bo
 
 def hf_attn_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """`AttentionInterface` entry for modules that kept the stock attention class (returns ``[B,T,H,dh]``)."""
-    keep = keep_from_mask(attention_mask, query.shape[2], key.shape[2], getattr(module, "is_causal", False))
+    keep = keep_from_mask(attention_mask, query.shape[2], key.shape[2], getattr(module, "is_causal", False),
+                          device=query.device)
     ctx, weights = softmax_attention(
         query, key, value, keep, scaling or query.shape[-1] ** -0.5, dropout, bool(kwargs.get("output_attentions"))
     )
@@ -442,7 +446,7 @@ def is_prepared_keep_mask(mask) -> bool:
     return mask is not None and not isinstance(mask, torch.Tensor)
 
 
-def keep_from_mask(attention_mask, q_len: int, k_len: int, is_causal: bool) -> KeepMask:
+def keep_from_mask(attention_mask, q_len: int, k_len: int, is_causal: bool, device=None) -> KeepMask:
     """Turn whatever mask transformers hands a layer into a `KeepMask` over ``k_len`` keys.
 
     A `KeepMask` (our implementation) passes through; bool masks are held dense, additive float masks (eager) become
@@ -452,7 +456,7 @@ def keep_from_mask(attention_mask, q_len: int, k_len: int, is_causal: bool) -> K
     if is_prepared_keep_mask(attention_mask):
         return attention_mask.last_keys(k_len)
     if attention_mask is None:
-        return KeepMask(q_len, k_len, causal=is_causal, offset=k_len - q_len)
+        return KeepMask(q_len, k_len, causal=is_causal, offset=k_len - q_len, home=device)
     if attention_mask.dtype != torch.bool:
         attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2
     return KeepMask.from_dense(attention_mask[..., -k_len:])
@@ -758,7 +762,8 @@ class VariantAttention:
 
     def keep_mask(self, attention_mask, q_len, k_len):
         """The `KeepMask` of this call (shared by the layers of a stack, with what it builds once)."""
-        return keep_from_mask(attention_mask, q_len, k_len, self.is_causal and self.site == "decoder")
+        return keep_from_mask(attention_mask, q_len, k_len, self.is_causal and self.site == "decoder",
+                              device=self.out_proj.weight.device)
 
     def forward(self, hidden_states, key_value_states=None, cache=None, attention_mask=None, **kwargs):
         past_key_values = pop_cache(cache, kwargs)
