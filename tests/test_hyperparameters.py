@@ -33,6 +33,7 @@ CLI_VALUES = {
     "gmm_share_weight": ("1", True),
     "gmm_sigma_min": ("0.75", 0.75),
     "gmm_layer_subset": ("top2", "top2"),
+    "gmm_gate_init": ("0.3", 0.3),
     "ran_max_positions": ("64", 64),
     "ran_transition": ("tanh_layernorm", "tanh_layernorm"),
     "ran_transition_dim": ("512", 512),

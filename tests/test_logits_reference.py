@@ -17,11 +17,15 @@ import hf_attn
 DATA = Path(__file__).with_name("data") / "preset_logits.pt"
 # variant renamed since the recording; the recorded name is the key
 RENAMED: dict[str, str] = {}
+# defaults changed since the recording (a choice the papers leave open, settled by the recipe-sensitivity
+# experiments in results/REPORT.md): the recording's values, so the comparison still checks the math
+RECORDED_DEFAULTS = {"reluformer_reg_weight": 1.0, "gmm_gate_init": 0.5}
 
 
 def preset_outputs(base: str, preset: str) -> dict:
     """Eval logits and loss; training-mode loss and auxiliary loss (dropout is 0); beam-2 cached generation."""
-    model = tiny_model(base, preset, seed=0)
+    model = tiny_model(base, preset, seed=0, **{k: v for k, v in RECORDED_DEFAULTS.items()
+                                                 if k not in hf_attn.PRESETS[preset].overrides})
     b = tiny_batch(batch=4, src_len=9, tgt_len=7, seed=3)
     with torch.no_grad():
         out = model.eval()(**b)

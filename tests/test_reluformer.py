@@ -52,7 +52,7 @@ def test_variant_and_presets_are_registered_without_ambiguity():
     assert "not ReLA" in rf.ReluFormerAttention.description
     assert tiny_config("marian", "reluformer-no-scale").reluformer_scale is False
     assert tiny_config("marian", "reluformer-no-reg").reluformer_reg_weight == 0.0
-    assert tiny_config("marian", "reluformer").reluformer_reg_weight == 1.0
+    assert tiny_config("marian", "reluformer").reluformer_reg_weight == 0.05
 
 
 @pytest.mark.parametrize(
@@ -316,7 +316,8 @@ def test_model_reports_reg_and_no_reg_preset_only_logs_it():
     b = tiny_batch()
     with_reg = tiny_model("marian", "reluformer")(**b)
     no_reg = tiny_model("marian", "reluformer-no-reg")(**b)
-    assert with_reg.aux_loss.item() == pytest.approx(with_reg.aux_logs["reg_loss"].item())
+    weight = tiny_config("marian", "reluformer").reluformer_reg_weight
+    assert with_reg.aux_loss.item() == pytest.approx(weight * with_reg.aux_logs["reg_loss"].item())
     assert with_reg.loss.item() == pytest.approx(no_reg.loss.item() + with_reg.aux_loss.item(), rel=1e-5)
     assert no_reg.aux_loss is None and no_reg.aux_logs["reg_loss"].item() == pytest.approx(with_reg.aux_logs["reg_loss"].item())
     assert set(with_reg.aux_logs) == {"reg_loss", "reg_norm_term", "reg_entropy_term", "attn_entropy", "attn_row_sum"}

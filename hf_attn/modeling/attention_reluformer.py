@@ -159,8 +159,9 @@ class ReluFormerAttention(VariantAttention):
                        "(Shen et al. 2023, Eq. 6); false = Table 5 '- scale factor' (diverges)"),
         Hyperparameter("reluformer_gamma", float, 1.0, "gamma in gamma sqrt(n/2) (Shen et al. 2023, Eq. 6 gives no "
                        "value)", low=0.0, low_open=True),
-        Hyperparameter("reluformer_reg_weight", float, 1.0, "weight of L_reg (Eq. 7) in the loss; Shen et al. 2023 "
-                       "add it unweighted; 0 = Table 5 '- reg loss'", low=0.0),
+        Hyperparameter("reluformer_reg_weight", float, 0.05, "weight of L_reg (Eq. 7) in the loss; Shen et al. 2023 "
+                       "give none. 0.05: at weight 1 the attention collapses and BLEU falls far below softmax "
+                       "(results/REPORT.md, Recipe sensitivity, 'reluformer'); 0 = Table 5 '- reg loss'", low=0.0),
         Hyperparameter("reluformer_entropy_bound", float, 0.7, "C = value * log n in L_reg's entropy margin (Shen et "
                        "al. 2023, Appendix A)", low=0.0),
         Hyperparameter("reluformer_eps", float, 1e-6, "floor on the row sum before the log (an all-zero row has sum "
