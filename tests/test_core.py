@@ -328,3 +328,22 @@ def test_keep_mask_helpers_match_the_dense_mask(keep):
     keep.zero_hidden(scores[..., : keep.q_len - 1, :])  # a sub-block
     # what it builds once is kept under plain attribute names: dynamo cannot trace a dotted one ("_sdpa_torch.float32")
     assert all(name.isidentifier() for name in vars(keep)), sorted(vars(keep))
+
+
+def test_masks_are_built_on_the_device_of_the_call():
+    """A causal mask without padding holds no tensor: it must still build its blocks where the attention runs (on a
+    GPU every ReLU-family, GMM and calibration training step once failed on a CPU mask). The meta device stands in
+    for a GPU."""
+    from hf_attn.modeling.attention_base import KeepMask, keep_from_mask, keep_mask_interface
+    from transformers.masking_utils import causal_mask_function
+
+    meta = torch.device("meta")
+    made = [keep_from_mask(None, 3, 3, True, device=meta),
+            keep_mask_interface(2, 3, 3, mask_function=causal_mask_function, attention_mask=None, device=meta)]
+    model = tiny_model("marian", "rela-g").to("meta")
+    made.append(model.model.decoder.layers[0].self_attn.keep_mask(None, 3, 3))
+    for keep in made:
+        assert isinstance(keep, KeepMask) and keep.padding is None and keep.causal
+        assert keep.device == meta and keep.block(0, 3, 0, 3).device == meta
+        assert keep.zero_hidden(torch.ones(2, 1, 3, 3, device=meta)).device == meta
+        assert keep.last_keys(2).device == meta
