@@ -129,8 +129,10 @@ def noam_learning_rate(factor: float, d_model: int, warmup_steps: int) -> float:
     return factor * (d_model * warmup_steps) ** -0.5
 
 
-def apply_noam(hargs, targs, d_model: int, given: set) -> None:
-    """--noam_factor: the learning rate becomes the Noam peak for this d_model and --warmup_steps."""
+def check_noam(hargs, targs, given: set) -> None:
+    """--noam_factor's companions, checked before any work: no --learning_rate, the inverse_sqrt shape, a warm-up."""
+    if not hargs.noam_factor:
+        return
     sched = str(getattr(targs.lr_scheduler_type, "value", targs.lr_scheduler_type))
     if "learning_rate" in given:
         raise HfAttnInputError(f"--noam_factor {hargs.noam_factor} sets the learning rate (factor * (d_model * "
@@ -139,6 +141,11 @@ def apply_noam(hargs, targs, d_model: int, given: set) -> None:
         raise HfAttnInputError(f"--noam_factor needs --lr_scheduler_type inverse_sqrt (the Noam shape), not {sched!r}")
     if not targs.warmup_steps or targs.warmup_steps < 1:
         raise HfAttnInputError(f"--noam_factor needs --warmup_steps >= 1 (the step of the peak), not {targs.warmup_steps}")
+
+
+def apply_noam(hargs, targs, d_model: int, given: set) -> None:
+    """--noam_factor: the learning rate becomes the Noam peak for this d_model and --warmup_steps."""
+    check_noam(hargs, targs, given)
     targs.learning_rate = noam_learning_rate(hargs.noam_factor, d_model, int(targs.warmup_steps))
 
 
@@ -443,6 +450,7 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     t_start = time.time()
     out_dir, last = _prepare_output_dir(out_dir, hargs, given)
     check_model_flags(hargs, overrides, resume=hargs.resume)
+    check_noam(hargs, targs, given)
     check_cache_dir(hargs, trains_tokenizer=not (hargs.tokenizer_name or hargs.init_from or (
         hargs.resume and (out_dir / "tokenizer_config.json").is_file())))
     set_seed(targs.seed)
