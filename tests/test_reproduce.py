@@ -57,11 +57,15 @@ def test_reproduce_end_to_end(tmp_path):
         assert s["ci"][0] <= s["delta"] + 1e-6 and s["delta"] <= s["ci"][1] + 1e-6 and 0 <= s["p_value"] <= 1
     text = (out / "REPORT.md").read_text()
     assert "ΔBLEU vs softmax" in text and "What the papers claim" in text and "| rela-g |" in text
-    assert "ReLA-g translates about as well as softmax" in text
+    assert "ReLA-g translates about as well as softmax" in text and "not enough seeds (n=1)" in text
+    assert "## Across seeds: de->en, 4 steps, marian, flags" in text
+    command = next(line for line in text.splitlines() if line.startswith("Last command:"))
+    assert str(tmp_path) not in command and "--output_dir" in command
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
     assert any(p.startswith("scores_") for p in pngs) and any(p.startswith("validation_") for p in pngs)
-    assert any(p.startswith("attention_") for p in pngs)
-    assert "old" not in readme.read_text() and "| rela-g |" in readme.read_text() and readme.read_text().endswith("tail\n")
+    assert any(p.startswith("attention_") for p in pngs) and any(p.startswith("length_") for p in pngs)
+    assert "old" not in readme.read_text() and "no group of runs with 3 seeds" in readme.read_text()
+    assert readme.read_text().endswith("tail\n")
 
     # again: both records exist, nothing is trained (the run directories may even be gone)
     import shutil
@@ -202,20 +206,22 @@ def test_variant_figures_for_every_fusion(preset):
 
 
 def test_reluformer_ablation_claims_judge_bleu_and_entropy():
-    """Table 5's '- reg loss' row as two claims: BLEU more than 1 below, and entropy lower at every site."""
+    """Table 5's '- reg loss' row as two claims: BLEU lower (seed-aware interval below 0), and entropy lower at every
+    site."""
     from hf_attn.reproduce.claims import _entropy_falls, _lower_bleu
 
-    def run(bleu, entropy):
+    def run(entropy):
         sites = {s: {"entropy": entropy, "null_rate": 0.5} for s in ("encoder", "decoder", "cross")}
-        return {"status": "complete", "results": {"bleu": bleu}, "analysis": {"attention": {"sites": sites}}}
+        return {"status": "complete", "analysis": {"attention": {"sites": sites}}}
 
-    runs = {"reluformer": run(7.2, 0.5), "reluformer-no-reg": run(2.5, 2.0)}
-    assert _lower_bleu("reluformer-no-reg", "reluformer")(runs, {})[0]
-    holds, seen = _entropy_falls("reluformer-no-reg", "reluformer")(runs, {})
+    lower = _lower_bleu("reluformer-no-reg", "reluformer")
+    assert (lower.a, lower.b) == ("reluformer-no-reg", "reluformer")
+    assert lower.holds(-4.7, [-5.4, -4.0]) and not lower.holds(-0.7, [-1.6, 0.2])  # the second: within the spread
+    runs = {"reluformer": run(0.5), "reluformer-no-reg": run(2.0)}
+    holds, seen = _entropy_falls("reluformer-no-reg", "reluformer")(runs)
     assert not holds and "null rows 50%" in seen
-    runs = {"reluformer": run(7.2, 2.0), "reluformer-no-reg": run(6.5, 0.5)}  # within the spread; entropy lower
-    assert not _lower_bleu("reluformer-no-reg", "reluformer")(runs, {})[0]
-    assert _entropy_falls("reluformer-no-reg", "reluformer")(runs, {})[0]
+    runs = {"reluformer": run(2.0), "reluformer-no-reg": run(0.5)}
+    assert _entropy_falls("reluformer-no-reg", "reluformer")(runs)[0]
 
 
 def test_machine_lines_name_the_runs_of_each_setup():
@@ -280,16 +286,16 @@ def test_decoding_speed_claim_is_judged_on_the_benchmark(tmp_path):
     assert next(r for r in rows if r["claim"].startswith("RAN-ALL"))["verdict"] == "not measured yet"
 
 
-def test_readme_quotes_the_headline_setup_and_its_longest_budget():
-    def rec(preset, steps, seed=42, source="de", status="complete"):
-        spec = {"preset": preset, "source": source, "target": "en", "steps": steps, "seed": seed, "base": "marian"}
-        return {"setup": f"{source}-en_{steps}steps_seed{seed}", "status": status, "spec": spec}
+def test_readme_quotes_the_adopted_recipes_groups_with_enough_seeds():
+    def rec(preset, steps, seed=42, source="de", flags=(), status="complete"):
+        spec = {"preset": preset, "source": source, "target": "en", "steps": steps, "seed": seed, "base": "marian",
+                "train_args": list(flags)}
+        return {"name": f"{source}-{steps}-{seed}-{preset}-{len(flags)}", "status": status, "spec": spec,
+                "hypotheses": ["x"]}
 
-    many = [rec(p, 600) for p in ("softmax", "rela-g", "gmm", "relu")]
-    assert rep.readme_setups(many) == ["de-en_600steps_seed42"]
-    records = many + [rec("softmax", 1800), rec("rela-g", 1800), rec("softmax", 1200), rec("gmm", 1200),
-                      rec("softmax", 2400), rec("softmax", 3000, seed=43), rec("rela-g", 3000, seed=43),
-                      rec("softmax", 5000, source="ru"), rec("gmm", 5000, source="ru")]
-    # the longest budget with two runs of the same pair, seed and base (a lone 2,400-step run is not a table)
-    assert rep.readme_setups(records) == ["de-en_600steps_seed42", "de-en_1800steps_seed42"]
-    assert rep.readme_setups([]) == []
+    three = [rec(p, n, seed) for p in ("softmax", "rela-g") for n in (600, 1800) for seed in (42, 43, 44)]
+    assert rep.readme_groups(three) == [("marian", "de", "en", 1800, ()), ("marian", "de", "en", 600, ())]
+    flagged = [rec(p, 600, seed, flags=("--x", "1")) for p in ("softmax", "gmm") for seed in (42, 43, 44)]
+    short = [rec("softmax", 900, seed) for seed in (42, 43, 44)] + [rec("gmm", 900, 42), rec("gmm", 900, 43)]
+    assert rep.readme_groups(flagged + short) == []  # an experiment's arm; a second preset with 2 seeds
+    assert rep.readme_groups([]) == []
