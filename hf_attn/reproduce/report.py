@@ -532,7 +532,8 @@ def experiments_section(spec: dict, records: list[dict], seed_cmp, n_samples: in
         arms = "; ".join(f"`{a}` " + (f"`{' '.join(f)}`" if f else "(the recipe as it is)")
                          for a, f in e["arms"].items())
         md += [f'<a id="experiment-{e["id"]}"></a>', "", f"### {e['title']} (`{e['id']}`)", "",
-               f"Question: {e['question']}", "", f"{e['steps']:,} steps. Arms: {arms}.", ""]
+               f"Question: {e['question']}", ""] + ([f"Derivation: {e['derivation']}", ""] if e.get("derivation") else [])
+        md += [f"{e['steps']:,} steps. Arms: {arms}.", ""]
         md += table + [""]
         if output_dir is not None:
             plot = plot_experiment(e, cells, Path(output_dir) / "plots" / f"experiment_{e['id']}.png")
