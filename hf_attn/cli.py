@@ -25,6 +25,8 @@ import argparse
 import os
 import sys
 
+from .errors import HfAttnPreempted
+
 COMMANDS = ("train", "evaluate", "translate", "push", "convert", "card", "metrics", "analyze", "reproduce", "presets",
             "corpora")
 
@@ -305,6 +307,14 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(str(e).split())
         print(f"hf-attn: error: {msg}", file=sys.stderr)
         return 2
+    except HfAttnPreempted as e:  # a signal stopped training after a checkpoint: one line, exit 75
+        import signal
+
+        for name in ("SIGTERM", "SIGINT", "SIGUSR1"):  # a scheduler's repeated signal must not change the exit code
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"hf-attn: {' '.join(str(e).split())}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print("hf-attn: interrupted", file=sys.stderr)
         return 130

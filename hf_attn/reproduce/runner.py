@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import HfAttnInputError
+from ..errors import PREEMPTED_EXIT, HfAttnInputError, HfAttnPreempted
 from ..io_utils import dumps_strict
 
 RECORD_VERSION = 1
@@ -259,7 +259,14 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
     failed: list[str] = []
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="reproduce", unit="run")
     queue = list(todo)
+    stop, forwarded = _SignalFlag(), False
     while queue or running:
+        if stop.name and not forwarded:  # preempted: no new runs; the running ones save a checkpoint and stop
+            tqdm.write(f"[hf-attn] {stop.name}: stopping {len(running)} run(s) at their next step; "
+                       f"{len(queue)} not started")
+            queue, forwarded = [], True
+            for proc, _ in running.values():
+                proc.send_signal(stop.signum)
         while queue and len(running) < jobs:
             spec = queue.pop(0)
             log = runs_dir / f"{spec.name}.log"
@@ -276,7 +283,9 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                 continue
             del running[name]
             bar.update(1)
-            if proc.returncode != 0 or not record_path(output_dir, spec).is_file():
+            if proc.returncode == PREEMPTED_EXIT:
+                tqdm.write(f"[hf-attn] {name} saved a checkpoint and stopped; it resumes from there")
+            elif proc.returncode != 0 or not record_path(output_dir, spec).is_file():
                 failed.append(name)
                 tqdm.write(f"[hf-attn] {name} stopped with exit code {proc.returncode}; see {runs_dir / (name + '.log')}"
                            " (run the same command again to resume it)")
@@ -286,7 +295,37 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                 tqdm.write(f"[hf-attn] {name}: " + (f"BLEU {r['bleu']:.1f} / chrF {r['chrf']:.1f}" if r else
                                                      rec.get("error", rec["status"])))
     bar.close()
+    stop.restore()
+    if stop.name:
+        raise HfAttnPreempted(f"stopped by {stop.name}: the runs in progress saved a checkpoint; run the same command "
+                              "again to resume them and the rest of the matrix")
     return failed
+
+
+class _SignalFlag:
+    """SIGTERM / SIGINT / SIGUSR1 to `hf-attn reproduce` (a scheduler's preemption): remembered, then passed on to
+    the running children, which save a checkpoint and stop (`training.trainer.StopOnSignalCallback`)."""
+
+    def __init__(self):
+        import signal
+        import threading
+
+        self.name, self.signum, self._previous = None, None, {}
+        if threading.current_thread() is threading.main_thread():
+            for name in ("SIGTERM", "SIGINT", "SIGUSR1"):
+                self._previous[name] = signal.signal(getattr(signal, name), self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        import signal
+
+        if self.name is None:
+            self.name, self.signum = signal.Signals(signum).name, signum
+
+    def restore(self) -> None:
+        import signal
+
+        for name, handler in self._previous.items():
+            signal.signal(getattr(signal, name), handler)
 
 
 def remember_plan(output_dir: Path, specs: list[RunSpec]) -> None:
@@ -343,7 +382,11 @@ def _child(argv: list[str]) -> int:
         import torch
 
         torch.set_num_threads(int(threads))
-    run_one(RunSpec(**spec), Path(runs_dir), Path(output_dir), int(sentences))
+    try:
+        run_one(RunSpec(**spec), Path(runs_dir), Path(output_dir), int(sentences))
+    except HfAttnPreempted as e:
+        print(f"[hf-attn] {' '.join(str(e).split())}", flush=True)
+        return e.exit_code
     return 0
 
 

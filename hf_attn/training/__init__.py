@@ -3,7 +3,7 @@ upload."""
 
 from .convert import convert_checkpoint
 from .metrics import Seq2SeqMetrics, score_translations
-from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback, TrainingStepCallback
+from .trainer import HfAttnSeq2SeqTrainer, StopOnSignalCallback, TimeBudgetCallback, TrainingStepCallback
 
-__all__ = ["HfAttnSeq2SeqTrainer", "Seq2SeqMetrics", "TimeBudgetCallback", "TrainingStepCallback", "convert_checkpoint",
-           "score_translations"]
+__all__ = ["HfAttnSeq2SeqTrainer", "Seq2SeqMetrics", "StopOnSignalCallback", "TimeBudgetCallback", "TrainingStepCallback",
+           "convert_checkpoint", "score_translations"]

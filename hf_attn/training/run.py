@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..errors import HfAttnInputError
+from ..errors import HfAttnInputError, HfAttnPreempted
 from ..io_utils import ensure_writable_dir, write_json
 from ..rundir import read_run_args
 from .cpu_memory import keep_freed_memory, peak_rss_mib
+from .trainer import StopOnSignalCallback
 
 logger = logging.getLogger("hf_attn")
 
@@ -302,6 +303,10 @@ def _fit(trainer, hargs, targs, last, out_dir: Path) -> tuple[bool, float, int]:
             + (f"resume from {Path(ck).name} with the same command plus --resume" if ck else
                "no checkpoint was saved yet (lower --save_steps)")
         ) from None
+    stopped = next((cb.signal_name for cb in trainer.callback_handler.callbacks
+                    if isinstance(cb, StopOnSignalCallback) and cb.signal_name), None)
+    if stopped:
+        raise HfAttnPreempted(preempted_message(stopped, trainer.state.global_step, _last_checkpoint(out_dir)))
     train_seconds = 0.0 if done else time.time() - t_train
     tokens = trainer.train_target_tokens
     if targs.world_size > 1 and torch.distributed.is_initialized():
@@ -316,6 +321,20 @@ def _fit(trainer, hargs, targs, last, out_dir: Path) -> tuple[bool, float, int]:
             f"and start again in an empty --output_dir"
         )
     return done, train_seconds, tokens
+
+
+def preempted_message(signal_name: str, step: int, checkpoint: str | None) -> str:
+    """The line `hf-attn train` ends with when a signal stopped it: the checkpoint and the command that resumes."""
+    import shlex
+    import sys
+
+    argv = sys.argv[1:]
+    if argv[:1] == ["train"] and "--resume" not in argv:
+        again = f"`{shlex.join(['hf-attn', *argv, '--resume'])}`"
+    else:
+        again = "the same command" + ("" if "--resume" in argv or argv[:1] != ["train"] else " plus --resume")
+    return (f"stopped by {signal_name} at step {step}, checkpoint saved: {checkpoint}; resume with {again}"
+            if checkpoint else f"stopped by {signal_name} at step {step} before any checkpoint was saved")
 
 
 def _finish(c) -> dict:
@@ -432,7 +451,7 @@ def _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra
         model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds, processing_class=tokenizer,
         data_collator=make_collator(tokenizer, model),
         compute_metrics=Seq2SeqMetrics(tokenizer) if targs.predict_with_generate else None,
-        callbacks=[budget, *(extra_callbacks or [])],
+        callbacks=[budget, StopOnSignalCallback(), *(extra_callbacks or [])],
     )
     budget.trainer = trainer
     return trainer, budget

@@ -300,6 +300,55 @@ class TimeBudgetCallback(TrainerCallback):
             return 0.0
 
 
+class StopOnSignalCallback(TrainerCallback):
+    """Preemption: on SIGTERM, SIGINT or SIGUSR1 finish the current optimiser step, save a complete checkpoint of
+    it (the atomic path of the periodic saves) and stop training; ``signal_name`` is then the signal's name.
+
+    Clusters end jobs this way: SLURM, Kubernetes and spot instances send SIGTERM (SLURM can send SIGUSR1 ahead of
+    time, ``--signal=USR1@120``), wait, then kill. The handlers are installed for the duration of ``train()`` (main
+    thread only) and only record the first signal, so a second one during the save changes nothing. Under DDP the
+    processes agree (all-reduce MAX) and stop at the same step. `HfAttnSeq2SeqTrainer` does not add it: add it to
+    your own trainer with ``trainer.add_callback(StopOnSignalCallback())`` and check ``signal_name`` after
+    ``trainer.train()`` returns (`hf-attn train` does, and exits with code 75)."""
+
+    SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
+
+    def __init__(self):
+        self.signal_name: str | None = None  # the signal that stopped training
+        self.received: str | None = None  # the first signal seen (this process)
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        import signal
+
+        if self.received is None:
+            self.received = signal.Signals(signum).name
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                if hasattr(signal, name):
+                    self._previous[name] = signal.signal(getattr(signal, name), self._handle)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if _any_process(self.received is not None):
+            self.signal_name = self.received or "a signal to another process"
+            control.should_training_stop = True
+            control.should_save = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        import signal
+
+        if self.signal_name:  # stopping: further signals stay recorded only, until the caller exits
+            return
+        for name, handler in self._previous.items():
+            signal.signal(getattr(signal, name), handler)
+        self._previous = {}
+
+
 class InterruptAfterSteps(TrainerCallback):
     """Raise KeyboardInterrupt after ``steps`` optimiser steps (tests use it to interrupt a run)."""
 

@@ -1,0 +1,143 @@
+"""Preemption: a signal to a real `hf-attn train` process saves the current step and exits 75; `--resume` then gives
+the losses and weights of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from safetensors.torch import load_file
+from training_helpers import REPO, TINY_ARGS, offline_env
+
+from hf_attn.errors import PREEMPTED_EXIT
+
+pytestmark = pytest.mark.slow
+STEPS = 40
+ARGS = ["train", "--preset", "reluformer", *TINY_ARGS, "--max_steps", str(STEPS), "--save_steps", "1000",
+        "--eval_steps", "1000"]
+
+
+def _train(out, *extra, timeout=300):
+    return subprocess.run([sys.executable, "-m", "hf_attn.cli", *ARGS, "--output_dir", str(out), *extra], cwd=REPO,
+                          env=offline_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _start(cmd, out_log):
+    return subprocess.Popen(cmd, cwd=REPO, env=offline_env(), stdout=out_log, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
+def _wait_for_steps(log_path, n, proc, timeout=120):
+    """Wait until the run has logged ``n`` training losses (logging_steps 1)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if log_path.read_text(errors="replace").count("'loss'") >= n:
+            return
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        time.sleep(0.05)
+    raise AssertionError(f"no {n} logged steps in {timeout} s")
+
+
+def _losses(out):
+    return {step: loss for step, loss in json.loads((out / "results.json").read_text())["curves"]["train_loss"]}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference") / "run"
+    r = _train(out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_the_step_and_resume_is_exact(tmp_path, uninterrupted, sig):
+    out, log = tmp_path / "run", tmp_path / "log.txt"
+    with open(log, "w") as fh:
+        proc = _start([sys.executable, "-m", "hf_attn.cli", *ARGS, "--output_dir", str(out)], fh)
+        _wait_for_steps(log, 6, proc)
+        proc.send_signal(sig)
+        time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)  # a second signal (a scheduler repeating itself) changes nothing
+        rc = proc.wait(timeout=120)
+    text = log.read_text()
+    assert rc == PREEMPTED_EXIT, text[-3000:]
+    line = next(x for x in text.splitlines() if x.startswith("hf-attn: stopped by"))
+    step = int(re.search(r"at step (\d+)", line).group(1))
+    assert sig.name in line and f"checkpoint-{step}" in line and "--resume" in line and 6 <= step < STEPS
+    ckpts = sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-"))
+    assert ckpts == [f"checkpoint-{step}"] and not (out / ".tmp-checkpoint").exists()
+
+    r = _train(out, "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    want, got = load_file(uninterrupted / "model.safetensors"), load_file(out / "model.safetensors")
+    assert want.keys() == got.keys()
+    for name in want:
+        assert (want[name] == got[name]).all(), name
+    ref, resumed = _losses(uninterrupted), _losses(out)
+    assert all(resumed[s] == ref[s] for s in resumed if s > step) and max(resumed) == STEPS
+
+
+def test_two_processes_stop_at_the_same_step(tmp_path):
+    """Under `accelerate launch` a signal to one worker stops both at one step, after one checkpoint."""
+    out, log = tmp_path / "run", tmp_path / "log.txt"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+           "-m", "hf_attn.cli", *ARGS, "--per_device_train_batch_size", "8", "--max_steps", "400",
+           "--output_dir", str(out), "--cache_dir", str(tmp_path / "tok")]
+    with open(log, "w") as fh:
+        proc = _start(cmd, fh)
+        _wait_for_steps(log, 4, proc, timeout=300)
+        workers = subprocess.run(["pgrep", "-f", "--", f"--output_dir {out}"], capture_output=True, text=True).stdout.split()
+        workers = [int(p) for p in workers if int(p) != proc.pid]
+        assert workers, "no worker processes found"
+        os.kill(workers[-1], signal.SIGUSR1)  # one process only: the others learn of it at the step's end
+        rc = proc.wait(timeout=300)
+    text = log.read_text()
+    assert rc != 0 and text.count("hf-attn: stopped by") == 1, text[-3000:]
+    step = int(re.search(r"stopped by .+? at step (\d+)", text).group(1))
+    ckpts = [p.name for p in out.iterdir() if p.name.startswith("checkpoint-")]
+    assert ckpts == [f"checkpoint-{step}"]
+    state = json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    assert state["global_step"] == step
+
+
+def test_reproduce_passes_the_signal_on_and_resumes(tmp_path):
+    """SIGTERM to `hf-attn reproduce`: the running run saves a checkpoint, no new run starts, exit 75; the same
+    command then finishes the matrix from that checkpoint."""
+    from training_helpers import bible_pairs, write_jsonl
+
+    train = write_jsonl(tmp_path / "train.jsonl", bible_pairs(160))
+    test = write_jsonl(tmp_path / "test.jsonl", bible_pairs(8, "test"))
+    cmd = [sys.executable, "-m", "hf_attn.cli", "reproduce", "--presets", "softmax,rela-g", "--pairs", "de-en",
+           "--steps", "300", "--seeds", "1", "--output_dir", str(tmp_path / "results"), "--runs_dir",
+           str(tmp_path / "runs"), "--sentences", "4", "--bootstrap", "100", "--threads", "1", "--",
+           *TINY_ARGS, "--save_steps", "1000", "--eval_steps", "1000", "--train_file", str(train),
+           "--validation_file", str(test), "--test_file", str(test)]
+    log = tmp_path / "log.txt"
+    with open(log, "w") as fh:
+        proc = _start(cmd, fh)
+        end = time.time() + 300
+        run_log = None
+        while time.time() < end and run_log is None:  # the first run's own log (the matrix writes its logs there)
+            logs = list((tmp_path / "runs").glob("*.log")) if (tmp_path / "runs").is_dir() else []
+            run_log = logs[0] if logs and logs[0].read_text(errors="replace").count("'loss'") >= 5 else None
+            time.sleep(0.1)
+        assert run_log is not None, log.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=300)
+    text = log.read_text()
+    assert rc == PREEMPTED_EXIT and "hf-attn: stopped by SIGTERM" in text, text[-3000:]
+    run_dir = tmp_path / "runs" / run_log.stem
+    assert [p.name for p in run_dir.iterdir() if p.name.startswith("checkpoint-")]
+    assert len(list((tmp_path / "runs").glob("*.log"))) == 1  # the second run never started
+    again = subprocess.run(cmd, cwd=REPO, env=offline_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming {run_log.stem}" in again.stdout + again.stderr
+    assert len(list((tmp_path / "results" / "runs").glob("*.json"))) == 2
