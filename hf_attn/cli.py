@@ -318,6 +318,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hf-attn: interrupted", file=sys.stderr)
         return 130
+    except (OSError, RuntimeError) as e:
+        if not _disk_full(e):
+            raise
+        where = getattr(e, "filename", None) or "the output directory"
+        print(f"hf-attn: error: no space left on the device while writing {where}; free space or choose another "
+              "--output_dir / --output and run again (with --resume for training: checkpoints are written whole or "
+              "not at all, so the last complete one is intact)", file=sys.stderr)
+        return 2
+
+
+def _disk_full(e: BaseException) -> bool:
+    """A full disk or quota: OSError ENOSPC / EDQUOT, or torch's checkpoint writer failing to write its file."""
+    import errno
+
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "file write failed" in str(e) or "No space left on device" in str(e)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,8 @@ def load_model_dir(model_dir: str):
     try:
         model, info = AutoModelForSeq2SeqLM.from_pretrained(str(d), output_loading_info=True)
         tokenizer = load_tokenizer(d)
+    except HfAttnInputError:  # the tokenizer's own line, naming its files
+        raise
     except Exception as e:  # noqa: BLE001 - transformers/safetensors/tokenizers raise many kinds; name the cause
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise HfAttnInputError(f"{model_dir!r}: cannot load the model or its tokenizer ({type(e).__name__}: {first}); "

@@ -118,13 +118,23 @@ def build_bart_tokenizer(spm_bytes: bytes, out_dir: str | os.PathLike, max_lengt
 
 
 def load_tokenizer(path: str | os.PathLike):
+    """The tokenizer saved in ``path``; files that cannot be read (a truncated or corrupt ``*.spm``, a broken
+    ``vocab.json``) give one `HfAttnInputError` line naming the directory, never a SentencePiece traceback."""
     import warnings
 
     from transformers import AutoTokenizer
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*sacremoses.*")
-        tok = AutoTokenizer.from_pretrained(str(path))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*sacremoses.*")
+            tok = AutoTokenizer.from_pretrained(str(path))
+        if len(tok) == 0:
+            raise ValueError("an empty vocabulary")
+    except Exception as e:  # noqa: BLE001 - sentencepiece, tokenizers and json raise many kinds; name the cause
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:150]
+        raise HfAttnInputError(f"the tokenizer in {str(path)!r} cannot be read ({type(e).__name__}: {why}); its files "
+                               "are truncated or corrupt: restore them, or delete the directory's tokenizer files "
+                               "and train again") from None
     tok.padding_side = "right"
     return tok
 
@@ -139,9 +149,19 @@ def get_tokenizer(train_texts: list[str], base: str = "marian", vocab_size: int 
     root = Path(cache_dir) if cache_dir else cache_root() / "tokenizers"
     path = root / f"{base}-{model_type}{vocab_size}-{key}"
     if (path / "tokenizer_config.json").exists():
-        logger.info("reusing the cached tokenizer %s", path)
-        print(f"[hf-attn] tokenizer: reusing {path}", flush=True)
-        return load_tokenizer(path), path
+        try:
+            tok = load_tokenizer(path)
+            logger.info("reusing the cached tokenizer %s", path)
+            print(f"[hf-attn] tokenizer: reusing {path}", flush=True)
+            return tok, path
+        except HfAttnInputError:  # a corrupt cache entry (a full disk, a crash): set aside, trained again
+            aside = path.with_name(f"{path.name}.corrupt-{os.getpid()}")
+            print(f"[hf-attn] tokenizer: the cached tokenizer {path} cannot be read; training it again", flush=True)
+            try:
+                path.rename(aside)
+                shutil.rmtree(aside, ignore_errors=True)
+            except OSError:  # another process set it aside first
+                pass
     print(f"[hf-attn] tokenizer: training a joint SentencePiece {model_type} model ({vocab_size} pieces) on "
           f"{len(train_texts):,} sentences -> {path}", flush=True)
     spm_bytes = train_sentencepiece(train_texts, vocab_size, model_type, character_coverage, seed)
