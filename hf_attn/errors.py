@@ -18,3 +18,7 @@ class HfAttnPreempted(Exception):
     """Training stopped on a signal, with a complete checkpoint of its last step; the message says how to resume."""
 
     exit_code = PREEMPTED_EXIT
+
+
+class HfAttnBusy(HfAttnInputError):
+    """The output directory is locked by a live run (`training.checkpoints.RunLock`)."""

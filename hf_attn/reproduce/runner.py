@@ -24,10 +24,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import PREEMPTED_EXIT, HfAttnInputError, HfAttnPreempted
+from ..errors import PREEMPTED_EXIT, HfAttnBusy, HfAttnInputError, HfAttnPreempted
 from ..io_utils import dumps_strict
 
 RECORD_VERSION = 1
+BUSY_EXIT = 73  # a child found its run directory locked by another matrix's run: that run is not trained twice
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,8 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
     """Run every spec without a record, ``jobs`` at a time, each in a child process; returns the failed names."""
     from tqdm.auto import tqdm
 
+    from ..training.checkpoints import RunLock
+
     todo = [s for s in specs if not record_path(output_dir, s).is_file()]
     print(f"[hf-attn] reproduce: {len(specs)} runs, {len(specs) - len(todo)} already recorded, {len(todo)} to run "
           f"({jobs} at a time)", flush=True)
@@ -259,7 +262,7 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
     failed: list[str] = []
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="reproduce", unit="run")
     queue = list(todo)
-    stop, forwarded = _SignalFlag(), False
+    stop, forwarded, busy = _SignalFlag(), False, []
     while queue or running:
         if stop.name and not forwarded:  # preempted: no new runs; the running ones save a checkpoint and stop
             tqdm.write(f"[hf-attn] {stop.name}: stopping {len(running)} run(s) at their next step; "
@@ -269,6 +272,13 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                 proc.send_signal(stop.signum)
         while queue and len(running) < jobs:
             spec = queue.pop(0)
+            owner = RunLock(runs_dir / spec.name).holder()
+            if owner is not None:  # another matrix trains it now: never twice
+                busy.append(spec.name)
+                tqdm.write(f"[hf-attn] {spec.name} is being trained by process {owner['pid']} on {owner['host']}: "
+                           "skipped")
+                bar.update(1)
+                continue
             log = runs_dir / f"{spec.name}.log"
             state = "resuming" if _complete_checkpoint(runs_dir / spec.name) else "starting"
             tqdm.write(f"[hf-attn] {state} {spec.name} (log: {log})")
@@ -285,6 +295,9 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
             bar.update(1)
             if proc.returncode == PREEMPTED_EXIT:
                 tqdm.write(f"[hf-attn] {name} saved a checkpoint and stopped; it resumes from there")
+            elif proc.returncode == BUSY_EXIT:
+                busy.append(name)
+                tqdm.write(f"[hf-attn] {name} is being trained by another process: skipped")
             elif proc.returncode != 0 or not record_path(output_dir, spec).is_file():
                 failed.append(name)
                 tqdm.write(f"[hf-attn] {name} stopped with exit code {proc.returncode}; see {runs_dir / (name + '.log')}"
@@ -296,6 +309,9 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                                                      rec.get("error", rec["status"])))
     bar.close()
     stop.restore()
+    if busy:
+        print(f"[hf-attn] {len(busy)} run(s) are being trained by another process ({', '.join(busy)}); run this "
+              "command again once it is done to include their records", flush=True)
     if stop.name:
         raise HfAttnPreempted(f"stopped by {stop.name}: the runs in progress saved a checkpoint; run the same command "
                               "again to resume them and the rest of the matrix")
@@ -326,6 +342,24 @@ class _SignalFlag:
 
         for name, handler in self._previous.items():
             signal.signal(getattr(signal, name), handler)
+
+
+def report_lock(output_dir: Path):
+    """An exclusive lock on ``output_dir/.report.lock`` (waits for another writer): reports never interleave."""
+    import contextlib
+    import fcntl
+
+    @contextlib.contextmanager
+    def held():
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(output_dir) / ".report.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    return held()
 
 
 def remember_plan(output_dir: Path, specs: list[RunSpec]) -> None:
@@ -364,7 +398,8 @@ def reproduce(a, train_args: list[str], command: str) -> int:
         remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)
     readme = Path(a.readme) if a.readme else None
-    path = write_report(output_dir, a.bootstrap, command, readme)
+    with report_lock(output_dir):  # two matrices on one output_dir write their reports one after the other
+        path = write_report(output_dir, a.bootstrap, command, readme)
     print(f"[hf-attn] wrote {path}")
     if failed:
         raise HfAttnInputError(f"{len(failed)} run(s) stopped: {', '.join(failed)}; run the same command again to "
@@ -387,6 +422,9 @@ def _child(argv: list[str]) -> int:
     except HfAttnPreempted as e:
         print(f"[hf-attn] {' '.join(str(e).split())}", flush=True)
         return e.exit_code
+    except HfAttnBusy as e:
+        print(f"[hf-attn] {' '.join(str(e).split())}", flush=True)
+        return BUSY_EXIT
     return 0
 
 

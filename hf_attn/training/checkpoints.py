@@ -17,7 +17,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..errors import HfAttnInputError
+from ..errors import HfAttnBusy, HfAttnInputError
 from ..rundir import weights_ok
 
 TMP_DIR = ".tmp-checkpoint"
@@ -86,7 +86,7 @@ class RunLock:
         except (OSError, ValueError, KeyError, TypeError):
             info, pid, host = {}, None, None
         if pid is not None and (host != socket.gethostname() or _alive(pid)):
-            raise HfAttnInputError(
+            raise HfAttnBusy(
                 f"--output_dir {str(self.path.parent)!r} is in use by process {pid} on {host} (since "
                 f"{info.get('started', '?')}); wait for it, choose another --output_dir, or delete "
                 f"{self.path} if that process is gone"
@@ -97,6 +97,15 @@ class RunLock:
             self.path.unlink()
         except FileNotFoundError:
             pass
+
+    def holder(self) -> dict | None:
+        """The lock's owner ({"pid", "host", "started"}) while a live process holds it, else None."""
+        try:
+            info = json.loads(self.path.read_text())
+            pid, host = int(info["pid"]), str(info["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return info if host != socket.gethostname() or _alive(pid) else None
 
     def release(self) -> None:
         if self.held:
