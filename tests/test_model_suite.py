@@ -2,10 +2,13 @@
 equivalents for hf-attn models, on Marian and BART.
 
 What they check of a seq2seq LM: outputs with ``return_dict`` True == False (the loss, with the auxiliary loss,
-first); hidden states and attentions by argument and by config; gradients reaching retained hidden states and
-attention weights; attention-implementation switching (refused with one clear line and advertised as
-unsupported); gradient checkpointing (same loss and gradients); resizing the embeddings; save / load through the
-model class and the Auto classes; the cache in transformers' standard format (`EncoderDecoderCache`, ``[B, H, T,
+first), and stock's fields in pure inference; hidden states and attentions by argument and by config; gradients
+reaching retained hidden states and attention weights; ``attn_implementation`` requests ("eager" everywhere,
+"sdpa" where every site is softmax, the rest one clear line; never a switch away from hf-attn's own
+implementation); ``GenerationMixin`` among the model classes' bases; train-mode forwards without labels (an error
+only when backpropagated, where a variant's objective would be lost); gradient checkpointing (same loss and
+gradients); resizing the embeddings; save / load through the model class and the Auto classes; the encoder and
+decoder run on their own (the stock classes drop a variant's weights); the cache in transformers' standard format (`EncoderDecoderCache`, ``[B, H, T,
 dh]`` per layer), made by the model or by the caller, continued step by step; static caches; greedy, sampling,
 beam, beam-sample, ``num_return_sequences``, ``max_new_tokens``, assisted and prompt-lookup decoding, generation
 continued from a returned cache; stock's default generation length.
@@ -17,6 +20,8 @@ variants do not support").
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from conftest import BASE_DEFAULTS, EOS, TINY, VOCAB, tiny_batch, tiny_config, tiny_model
@@ -26,10 +31,13 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     BartConfig,
     BartForConditionalGeneration,
+    GenerationMixin,
     MarianConfig,
     MarianMTModel,
 )
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder
+from transformers.models.marian.modeling_marian import MarianDecoder, MarianEncoder
 
 import hf_attn
 from hf_attn.modeling.attention_base import HfAttnCache, HfAttnConfigError
@@ -38,6 +46,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is
 
 BASES = ("marian", "bart")
 STOCK = {"marian": (MarianConfig, MarianMTModel), "bart": (BartConfig, BartForConditionalGeneration)}
+STOCK_PARTS = {"marian": (MarianEncoder, MarianDecoder), "bart": (BartEncoder, BartDecoder)}
 # weights that are a fixed function of positions: no gradient reaches them (You et al. 2020: nothing is learned)
 FIXED_WEIGHTS = {"hard-gaussian"}
 
@@ -84,6 +93,12 @@ def assert_same(got, want, path="output"):
         assert got == want, path
 
 
+def stock_model(base):
+    """The stock model of the tiny sizes (its outputs are what hf-attn's must look like)."""
+    config_cls, model_cls = STOCK[base]
+    return model_cls(config_cls(**{**TINY, **BASE_DEFAULTS[base]}, attn_implementation="eager")).eval()
+
+
 def training_model(base, preset, **overrides):
     model = tiny_model(base, preset, **overrides).train()
     model.set_training_step(0)  # what a training loop does (step-driven schedules need it)
@@ -106,6 +121,27 @@ def test_return_dict_false_gives_the_same_outputs(base, preset):
     assert_same(as_tuple, as_dict.to_tuple())
     if any(cls.training_objective(model.config) for cls in model.variant_classes()):
         assert as_dict.aux_loss is not None and as_tuple[0] is not None
+
+
+@pytest.mark.parametrize("base,preset", ALL, ids=ids(ALL))
+def test_pure_inference_returns_stock_fields(base, preset):
+    """test_attention_outputs counts the output's fields: a pure inference call (eval mode, no labels, no
+    autograd) returns exactly stock's fields, as a dict and as a ``return_dict=False`` tuple (ReLUFormer's
+    regulariser is not computed there); with labels, the auxiliary terms come after stock's fields."""
+    model, stock = tiny_model(base, preset), stock_model(base)
+    b = tiny_batch()
+    dec = model.prepare_decoder_input_ids_from_labels(labels=b["labels"])
+    for kw in (dict(), dict(output_hidden_states=True, output_attentions=True)):
+        inputs = dict(src_of(b), decoder_input_ids=dec, **kw)
+        with torch.no_grad():
+            ours, want = model(**inputs), stock(**inputs)
+            as_tuple = model(**inputs, return_dict=False)
+        assert list(ours.keys()) == list(want.keys()), kw
+        assert len(as_tuple) == len(want.to_tuple()), kw
+    with torch.no_grad():
+        scored, want = model(**b), stock(**b)
+    assert list(scored.keys())[: len(want)] == list(want.keys())
+    assert list(scored.keys())[len(want):] in ([], ["aux_logs"], ["aux_loss", "aux_logs"])
 
 
 @pytest.mark.parametrize("base,preset", ALL, ids=ids(ALL))
@@ -157,27 +193,117 @@ def test_gradients_reach_retained_hidden_states_and_attentions(base, preset):
 
 
 # ---- attention implementation ------------------------------------------------------------------------------------
+def requested_as_config(base, preset, name):
+    """A model built from a config that asks for ``name`` (what from_pretrained(..., attn_implementation=) does)."""
+    config = tiny_config(base, preset)
+    config._attn_implementation = name
+    cls = hf_attn.HfAttnMarianMTModel if base == "marian" else hf_attn.HfAttnBartForConditionalGeneration
+    torch.manual_seed(0)  # the weights of tiny_model(base, preset)
+    return cls(config).eval()
+
+
+@pytest.mark.parametrize("base,preset", ALL, ids=ids(ALL))
+def test_eager_is_each_variants_own_attention(base, preset):
+    """test_attention_outputs / test_retain_grad_hidden_states_attentions / the generation tests ask for "eager" to
+    get attention weights: accepted by the config path and by set_attn_implementation alike, remembered, and the
+    model keeps running hf-attn's own implementation (identical outputs, weights returned)."""
+    default = tiny_model(base, preset)
+    by_config = requested_as_config(base, preset, "eager")
+    by_method = tiny_model(base, preset)
+    by_method.set_attn_implementation("eager")
+    b = tiny_batch()
+    dec = default.prepare_decoder_input_ids_from_labels(labels=b["labels"])
+    inputs = dict(src_of(b), decoder_input_ids=dec, output_attentions=True)
+    with torch.no_grad():
+        want = default(**inputs)
+        for model in (by_config, by_method):
+            assert model.config._attn_implementation == "hf_attn"
+            assert model.requested_attn_implementation == "eager"
+            got = model(**inputs)
+            assert_same(got.logits, want.logits)
+            assert len(got.cross_attentions) == model.config.decoder_layers
+            assert all(a is not None for a in got.encoder_attentions + got.decoder_attentions + got.cross_attentions)
+
+
 @pytest.mark.parametrize("base", BASES)
-def test_attention_implementation_cannot_be_switched(base, tmp_path):
-    """test_can_set_attention_dynamically skips models that cannot switch: every site runs hf-attn's own
-    implementation, so switching is advertised as unsupported and any request is one clear error."""
-    model = tiny_model(base, "rela-g")
-    cls = type(model)
-    assert model.config._attn_implementation == "hf_attn"
+def test_sdpa_only_where_every_site_is_softmax_and_no_other_kernel(base, tmp_path):
+    """"sdpa" is honoured where every site is softmax (whose attention is torch's SDPA kernel); a variant without
+    one, flash attention, flex attention or an unknown name is one clear line naming the value and the fix, by
+    every path. Switching to transformers' implementations stays advertised as unsupported."""
+    softmax, rela = tiny_model(base, "softmax"), tiny_model(base, "rela-g")
+    cls = type(softmax)
     assert not cls._can_set_attn_implementation()
     assert not (cls._supports_sdpa or cls._supports_flash_attn or cls._supports_flex_attn)
-    model.set_attn_implementation("hf_attn")  # already so: accepted
-    for name in ("eager", "sdpa"):
-        with pytest.raises(HfAttnConfigError, match=f"attn_implementation='{name}' is not available"):
-            model.set_attn_implementation(name)
-        assert model.config._attn_implementation == "hf_attn"
-    model.save_pretrained(tmp_path)
-    with pytest.raises(HfAttnConfigError, match="attn_implementation='sdpa'"):
-        cls.from_pretrained(tmp_path, attn_implementation="sdpa")
-    with pytest.raises(HfAttnConfigError, match="attn_implementation='eager'"):
-        AutoModelForSeq2SeqLM.from_config(model.config, attn_implementation="eager")
-    assert cls.from_pretrained(tmp_path, attn_implementation="hf_attn").config._attn_implementation == "hf_attn"
-    assert cls.from_pretrained(tmp_path).config._attn_implementation == "hf_attn"
+    b = src_of(tiny_batch())
+    with torch.no_grad():
+        want = softmax(**b, decoder_input_ids=b["input_ids"]).logits
+        sdpa = requested_as_config(base, "softmax", "sdpa")
+        assert sdpa.config._attn_implementation == "hf_attn" and sdpa.requested_attn_implementation == "sdpa"
+        assert_same(sdpa(**b, decoder_input_ids=b["input_ids"]).logits, want)
+    softmax.set_attn_implementation("sdpa")
+    assert softmax.requested_attn_implementation == "sdpa" and softmax.config._attn_implementation == "hf_attn"
+    sdpa_refusal = r"attn_implementation='sdpa' is not available for this model: its \['rela'\] attention has no SDPA"
+    with pytest.raises(HfAttnConfigError, match=sdpa_refusal + r".*use attn_implementation='eager'"):
+        rela.set_attn_implementation("sdpa")
+    with pytest.raises(HfAttnConfigError, match=sdpa_refusal):  # one site is enough
+        tiny_model(base, "softmax", cross_attention="rela").set_attn_implementation({"": "sdpa"})
+    for name in ("flash_attention_2", "flash_attention_3", "flex_attention", "paged|eager", "no-such-kernel"):
+        for model in (softmax, rela):
+            with pytest.raises(HfAttnConfigError, match=rf"attn_implementation='{name}' is not available"):
+                model.set_attn_implementation(name)
+    assert rela.requested_attn_implementation is None and rela.config._attn_implementation == "hf_attn"
+    rela.set_attn_implementation("hf_attn")  # what it runs: accepted
+    for model in (softmax, rela):
+        model.save_pretrained(tmp_path / model.config.preset)
+    with pytest.raises(HfAttnConfigError, match=sdpa_refusal):
+        cls.from_pretrained(tmp_path / "rela-g", attn_implementation="sdpa")
+    with pytest.raises(HfAttnConfigError, match="attn_implementation='flash_attention_2' is not available"):
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "softmax", attn_implementation="flash_attention_2")
+    with pytest.raises(HfAttnConfigError, match="attn_implementation='flex_attention' is not available"):
+        AutoModelForSeq2SeqLM.from_config(rela.config, attn_implementation="flex_attention")
+    for preset, name in (("softmax", "sdpa"), ("rela-g", "eager"), ("rela-g", "hf_attn"), ("rela-g", None)):
+        kw = {} if name is None else {"attn_implementation": name}
+        for loaded in (cls.from_pretrained(tmp_path / preset, **kw),
+                       AutoModelForSeq2SeqLM.from_pretrained(tmp_path / preset, **kw)):
+            assert loaded.config._attn_implementation == "hf_attn" and loaded.requested_attn_implementation == name
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_model_classes_inherit_generation_mixin(base):
+    """test_inherits_generation_mixin: GenerationMixin is a direct base, as transformers 5 expects of every model
+    that generates."""
+    cls = type(tiny_model(base))
+    assert GenerationMixin in cls.__bases__ and issubclass(cls, GenerationMixin)
+    assert cls.can_generate()
+
+
+# ---- training without labels (every preset) ----------------------------------------------------------------------
+@pytest.mark.parametrize("base,preset", ALL, ids=ids(ALL))
+def test_a_training_forward_without_labels_fails_only_when_backpropagated(base, preset):
+    """A freshly built model is in train mode: running it without labels (inference, resize_token_embeddings
+    checks) is fine. Backpropagating a loss computed outside the model from such a forward (transformers'
+    trainer under label smoothing) would lose a variant's objective or leave a step-driven schedule standing
+    still: that backward is one clear error."""
+    model = tiny_model(base, preset).train()
+    b = tiny_batch()
+    dec = model.prepare_decoder_input_ids_from_labels(labels=b["labels"])
+    out = model(**src_of(b), decoder_input_ids=dec)  # no labels, gradients on, set_training_step never called
+    assert out.loss is None and torch.isfinite(out.logits).all()
+    config = model.config
+    if any(cls.training_objective(config) for cls in model.variant_classes()):
+        expected = "needs `labels` in every training forward"
+    elif any(cls.needs_training_step(config) for cls in model.variant_classes()):
+        expected = "set_training_step was never called"
+    else:
+        expected = None
+    if expected is None:
+        out.logits.sum().backward()  # nothing to lose: an ordinary backward
+    else:
+        with pytest.raises(HfAttnConfigError, match=expected):
+            out.logits.sum().backward()
+        model.set_training_step(0)
+        with_labels = model(**b)  # the real training step: labels and the step given
+        with_labels.loss.backward()
 
 
 # ---- training-side features (one preset per variant) -------------------------------------------------------------
@@ -204,10 +330,15 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(base, preset):
 
 @pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
 def test_resize_token_embeddings(base, preset):
-    """test_resize_tokens_embeddings: larger or smaller, the kept rows are unchanged and training runs (each from a
-    fresh model: in stock transformers 5.24 too, a backward after growing then shrinking fails)."""
+    """test_resize_tokens_embeddings: larger or smaller, the kept rows are unchanged, a freshly built (train-mode)
+    model runs without labels, and training runs (each from a fresh model: in stock transformers 5.24 too, a
+    backward after growing then shrinking fails)."""
     before = training_model(base, preset).get_input_embeddings().weight.detach().clone()
     for size in (VOCAB + 8, VOCAB - 8):
+        fresh = tiny_model(base, preset).train()  # as built: no set_training_step, no labels
+        fresh.resize_token_embeddings(size)
+        ids = tiny_batch()["input_ids"].clamp(max=size - 1)
+        assert fresh(input_ids=ids, decoder_input_ids=ids).logits.shape[-1] == size
         model = training_model(base, preset)
         model.resize_token_embeddings(size)
         assert model.config.vocab_size == size
@@ -258,6 +389,36 @@ def test_what_stock_classes_load(base, tmp_path):
             assert info["unexpected_keys"] and all("rela" in k for k in info["unexpected_keys"])
     with pytest.raises(ValueError, match="Unrecognized configuration class"):
         AutoModel.from_pretrained(tmp_path / "softmax")
+
+
+@pytest.mark.parametrize("base,preset", ALL, ids=ids(ALL))
+def test_encoder_and_decoder_run_on_their_own(base, preset, tmp_path):
+    """test_encoder_decoder_model_standalone: the encoder and decoder of an hf-attn model (``get_encoder()`` /
+    ``get_decoder()``) give the full model's states on their own. Saved alone and loaded into the stock
+    MarianEncoder / BartDecoder (...) classes they lose a variant's weights, which transformers' loading report
+    lists as unexpected: there is no hf-attn encoder or decoder class (README, "What works with transformers")."""
+    model = tiny_model(base, preset)
+    b = tiny_batch()
+    dec = model.prepare_decoder_input_ids_from_labels(labels=b["labels"])
+    with torch.no_grad():
+        full = model.model(**src_of(b), decoder_input_ids=dec)
+        encoded = model.get_encoder()(**src_of(b)).last_hidden_state
+        decoded = model.get_decoder()(input_ids=dec, encoder_hidden_states=full.encoder_last_hidden_state,
+                                      encoder_attention_mask=b["attention_mask"]).last_hidden_state
+    assert_same(encoded, full.encoder_last_hidden_state)
+    assert_same(decoded, full.last_hidden_state)
+    layout = model.config.attention_layout()
+    for part, stock_cls, sites in ((model.get_encoder(), STOCK_PARTS[base][0], ("encoder",)),
+                                   (model.get_decoder(), STOCK_PARTS[base][1], ("decoder", "cross"))):
+        own = set(part.state_dict())
+        stock_keys = set(stock_cls(copy.deepcopy(part.config)).state_dict())
+        if all(v == "softmax" for site in sites for v in layout[site]):
+            assert own <= stock_keys  # nothing of a variant's own: the stock class holds it all
+        elif not own <= stock_keys:
+            path = tmp_path / type(part).__name__
+            part.save_pretrained(path)
+            _, info = stock_cls.from_pretrained(path, output_loading_info=True)
+            assert info["unexpected_keys"] == own - stock_keys
 
 
 # ---- the cache -------------------------------------------------------------------------------------------------

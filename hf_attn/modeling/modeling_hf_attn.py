@@ -8,6 +8,11 @@ so a vanilla checkpoint warm-starts every shared weight.
 Every forward pass hands the layers one `ForwardState` (keyword ``hf_attn_state``) and wraps the cache in an
 `HfAttnCache`; afterwards each variant's `model_losses` hook turns what the layers left there into the output's
 ``aux_loss`` / ``aux_logs``, and ``output_attention_details=True`` returns the variants' internal maps.
+
+``attn_implementation`` requests (the config path and `set_attn_implementation` alike) are checked by
+`check_attn_implementation`: ``"eager"`` (what users and transformers' tests set to get attention weights) is
+accepted for every variant, ``"sdpa"`` where every site is softmax; whatever is accepted, every site keeps running
+hf-attn's own implementation, so the outputs never depend on the request.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import BartForConditionalGeneration, MarianMTModel
+from transformers import BartForConditionalGeneration, GenerationMixin, MarianMTModel
 from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import BartAttention
 from transformers.models.marian.modeling_marian import MarianAttention
@@ -41,22 +46,62 @@ from .registry import ATTENTION_VARIANTS
 class HfAttnSeq2SeqLMOutput(Seq2SeqLMOutput):
     """`Seq2SeqLMOutput` plus the variants' auxiliary loss (already weighted; included in ``loss`` when labels
     are given), scalars to log (``aux_logs``) and, with ``output_attention_details=True``, the variants' internal
-    maps per layer (``attention_details``: ``{"cross.2": {"alpha": ..., "beta": ..., "gate": ...}, ...}``)."""
+    maps per layer (``attention_details``: ``{"cross.2": {"alpha": ..., "beta": ..., "gate": ...}, ...}``).
+
+    Like transformers' optional outputs, a field that was not computed is None and left out of ``to_tuple()`` (and
+    so of the ``return_dict=False`` tuple). ``aux_loss`` / ``aux_logs`` are computed by a forward pass that can be
+    trained or scored (training mode, ``labels`` given, or autograd recording), never by a pure inference call
+    (eval mode, no labels, under ``torch.no_grad``: what ``generate`` and transformers' inference checks run),
+    whose output therefore has exactly stock's fields. When present they come after all of stock's fields, in this
+    order: ``aux_loss``, ``aux_logs``, ``attention_details``.
+    """
 
     aux_loss: torch.FloatTensor | None = None
     aux_logs: dict | None = None
     attention_details: dict | None = None
 
 
-def check_attn_implementation(requested) -> None:
-    """One clear error for an attention implementation other than hf-attn's own (None: not requested)."""
-    if requested not in (None, ATTN_IMPLEMENTATION):
-        raise HfAttnConfigError(
-            f"attn_implementation={requested!r} is not available for hf-attn models: every attention site runs "
-            f"through hf-attn's own implementation {ATTN_IMPLEMENTATION!r} (softmax sites already use torch's "
-            "scaled_dot_product_attention, and output_attentions=True returns every variant's weights); leave "
-            "attn_implementation unset"
-        )
+# Variants whose own attention is torch's SDPA kernel: `SoftmaxAttention.attend` calls
+# `F.scaled_dot_product_attention` (the eager math only when weights are requested). No variant has a
+# flash-attention or flex-attention kernel.
+SDPA_VARIANTS = frozenset({"softmax"})
+EAGER = "eager"
+SDPA = "sdpa"
+
+
+def check_attn_implementation(requested, variants) -> None:
+    """Accept an ``attn_implementation`` request that hf-attn's own implementation honours; one clear error for
+    any other. ``variants``: the variant names the model uses (at any site).
+
+    Whatever is accepted, every site keeps running through hf-attn's own implementation (the ``"hf_attn"``
+    `AttentionInterface` entry): a request never switches a layer to transformers' stock attention code, which
+    would ignore the variants. What each request means here:
+
+    * None / ``"hf_attn"``: nothing to honour.
+    * ``"eager"``: each variant's own implementation, which returns its attention weights with
+      ``output_attentions=True`` (the reason users and transformers' tests ask for "eager"). Every variant.
+    * ``"sdpa"``: only where every site is softmax, whose attention already runs torch's SDPA kernel.
+    * anything else (``"flash_attention_2"`` / ``_3``, ``"flex_attention"``, ``"paged|..."``, Hub kernels): no
+      variant has such a kernel.
+    """
+    if requested in (None, ATTN_IMPLEMENTATION, EAGER):
+        return
+    if requested == SDPA:
+        without = sorted(set(variants) - SDPA_VARIANTS)
+        if without:
+            raise HfAttnConfigError(
+                f"attn_implementation='sdpa' is not available for this model: its {without} attention has no SDPA "
+                "kernel (only 'softmax' sites run torch's scaled_dot_product_attention); use "
+                "attn_implementation='eager' (each variant's own attention, which returns attention weights) or "
+                "leave it unset"
+            )
+        return
+    raise HfAttnConfigError(
+        f"attn_implementation={requested!r} is not available for hf-attn models: no attention variant has that "
+        "kernel (every site runs hf-attn's own implementation; softmax sites use torch's "
+        "scaled_dot_product_attention); use attn_implementation='eager' (each variant's own attention, which "
+        "returns attention weights), 'sdpa' (models whose every site is softmax) or leave it unset"
+    )
 
 
 class HfAttnModelMixin:
@@ -65,7 +110,9 @@ class HfAttnModelMixin:
     base_attention_class: type = MarianAttention
     accepts_loss_kwargs = False  # the loss is a mean over tokens: a training loop must not re-normalise it
     # every site runs through hf-attn's own implementation (softmax sites call torch's SDPA kernel, or its eager
-    # equivalent when weights are requested): transformers' implementations cannot be selected or switched to
+    # equivalent when weights are requested): transformers' implementations are never switched to. "eager" and, for
+    # an all-softmax model, "sdpa" are accepted as requests (`check_attn_implementation`); the class flags stay
+    # False because they are per class while what can be honoured depends on the config's variants
     _supports_sdpa = False
     _supports_flash_attn = False
     _supports_flex_attn = False
@@ -75,10 +122,14 @@ class HfAttnModelMixin:
     _can_compile_fullgraph = False
 
     def __init__(self, config):
-        check_attn_implementation(config._attn_implementation)  # e.g. from_pretrained(..., attn_implementation=)
+        # the config path: from_pretrained(..., attn_implementation=), from_config(...), config._attn_implementation
+        requested = config._attn_implementation
+        check_attn_implementation(requested, {v for layout in config.attention_layout().values() for v in layout})
         config._attn_implementation = ATTN_IMPLEMENTATION  # not saved in config.json: forced on every load
         super().__init__(config)
         self.config._attn_implementation = ATTN_IMPLEMENTATION
+        # what was asked for, reported only: the layers run hf-attn's own implementation whatever it is
+        self.requested_attn_implementation = requested
         self._step_driven = False  # set_training_step has been called (schedules follow training)
         self._swap_attention_modules()
         self.post_init()
@@ -126,13 +177,18 @@ class HfAttnModelMixin:
 
     @classmethod
     def _can_set_attn_implementation(cls) -> bool:
-        return False  # transformers' common tests skip switching for such models
+        """False: transformers' switching (the layers calling another `AttentionInterface` entry, which
+        ``config._attn_implementation`` then names) never happens here; transformers' common tests skip it."""
+        return False
 
     def set_attn_implementation(self, attn_implementation, *args, **kwargs) -> None:
-        """Only ``"hf_attn"`` (already set) is accepted; any other implementation raises `HfAttnConfigError`."""
+        """Accept what `check_attn_implementation` accepts (``"eager"``; ``"sdpa"`` for an all-softmax model),
+        exactly as the config path does, and remember it in ``requested_attn_implementation``; the layers keep
+        running hf-attn's own implementation and ``config._attn_implementation`` stays ``"hf_attn"``."""
         if isinstance(attn_implementation, dict):
             attn_implementation = attn_implementation.get("", ATTN_IMPLEMENTATION)
-        check_attn_implementation(attn_implementation)
+        check_attn_implementation(attn_implementation, [cls.variant for cls in self.variant_classes()])
+        self.requested_attn_implementation = attn_implementation
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -191,8 +247,6 @@ class HfAttnModelMixin:
             attention_mask = attention_mask.dense()
         if is_prepared_keep_mask(decoder_attention_mask):
             decoder_attention_mask = decoder_attention_mask.dense()
-        if self.training and torch.is_grad_enabled():
-            self._check_training_inputs(labels)
         state = ForwardState(details={} if output_attention_details else None)
         return_dict = kwargs.pop("return_dict", None)
         inputs = dict(
@@ -213,7 +267,10 @@ class HfAttnModelMixin:
             # the cache the decoder would create, as an HfAttnCache (stock transformers makes a plain one)
             call = {**inputs, CACHE_KWARG: HfAttnCache(DynamicCache(config=self.config), DynamicCache(config=self.config))}
         out = super().forward(**call, return_dict=True, **{FORWARD_STATE_KWARG: state})
-        aux_loss, aux_logs = self._model_losses(out, inputs, state)
+        # a pure inference call (generate, transformers' inference checks) has no loss the auxiliary terms could
+        # be part of: it returns exactly stock's fields
+        pure_inference = not self.training and labels is None and not torch.is_grad_enabled()
+        aux_loss, aux_logs = (None, None) if pure_inference else self._model_losses(out, inputs, state)
         loss = out.loss
         if loss is not None and aux_loss is not None:
             loss = loss + aux_loss
@@ -224,27 +281,54 @@ class HfAttnModelMixin:
             attention_details=state.details,
             **{k: v for k, v in out.items() if k != "loss"},
         )
+        if self.training and torch.is_grad_enabled():
+            problem = self._training_problem(labels)
+            if problem is not None:
+                self._fail_on_backward(result, problem)
         if return_dict is False or (return_dict is None and not self.config.return_dict):
             return result.to_tuple()  # the loss (with the auxiliary loss) leads, as in stock transformers
         return result
 
-    def _check_training_inputs(self, labels) -> None:
-        """A training objective that would silently vanish, or a schedule that would silently stand still, is an
-        error at the first training step (README, "Auxiliary losses. Training with other loops and trainers")."""
+    def _training_problem(self, labels) -> str | None:
+        """Why a training step through this forward pass would silently train the wrong thing (a variant's
+        objective that vanishes, a schedule that stands still), or None (README, "Auxiliary losses. Training with
+        other loops and trainers").
+
+        The objective needs ``labels`` in the forward call: a loop that drops them to compute its own loss
+        (transformers' `Seq2SeqTrainer` under label smoothing) would train without it."""
         classes = self.variant_classes()
         needs_labels = [c.variant for c in classes if c.training_objective(self.config)]
         if labels is None and needs_labels:
-            raise HfAttnConfigError(
-                f"attention variant {needs_labels[0]!r} adds an auxiliary objective to the training loss, so the model "
-                "needs `labels` in every training forward (a loop that drops them to smooth the labels itself would "
-                "train without it): pass labels, or train with hf_attn.training.HfAttnSeq2SeqTrainer"
+            return (
+                f"attention variant {needs_labels[0]!r} adds an auxiliary objective to the training loss, so the "
+                "model needs `labels` in every training forward that is backpropagated (a loop that drops them to "
+                "smooth the labels itself would train without it): pass labels, or train with "
+                "hf_attn.training.HfAttnSeq2SeqTrainer"
             )
         if not self._step_driven and any(c.needs_training_step(self.config) for c in classes):
-            raise HfAttnConfigError(
+            return (
                 "this model's attention schedule follows the optimiser step (calibration_fusion='anneal'), but "
                 "set_training_step was never called: call model.set_training_step(step) before each step, or add "
                 "hf_attn.training.TrainingStepCallback() to the trainer's callbacks"
             )
+        return None
+
+    @staticmethod
+    def _fail_on_backward(out: HfAttnSeq2SeqLMOutput, message: str) -> None:
+        """Raise `HfAttnConfigError` (``message``) when a gradient reaches any output of this forward pass.
+
+        The error belongs to the step that computes a loss from the outputs and backpropagates it (the first
+        training step of a loop that would lose the objective), not to the forward pass itself: a train-mode
+        forward that is only looked at (a freshly built model run for inference, ``resize_token_embeddings``
+        checks) is fine."""
+
+        def fail(grad):
+            raise HfAttnConfigError(message)
+
+        for value in out.values():
+            for tensor in value if isinstance(value, tuple) else (value,):
+                if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                    tensor.register_hook(fail)
 
     def _model_losses(self, out, inputs: dict, state: ForwardState):
         """(aux_loss or None, aux_logs or None) from the layers' losses and each variant's `model_losses` hook."""
@@ -281,14 +365,16 @@ class HfAttnModelMixin:
         return generation_config
 
 
-class HfAttnMarianMTModel(HfAttnModelMixin, MarianMTModel):
+# GenerationMixin is a direct base, as in transformers' own MarianMTModel / BartForConditionalGeneration:
+# transformers 5 expects it of every model that generates (PreTrainedModel no longer inherits it)
+class HfAttnMarianMTModel(HfAttnModelMixin, MarianMTModel, GenerationMixin):
     """`MarianMTModel` with hf-attn attention variants (see `HfAttnMarianConfig`)."""
 
     config_class = HfAttnMarianConfig
     base_attention_class = MarianAttention
 
 
-class HfAttnBartForConditionalGeneration(HfAttnModelMixin, BartForConditionalGeneration):
+class HfAttnBartForConditionalGeneration(HfAttnModelMixin, BartForConditionalGeneration, GenerationMixin):
     """`BartForConditionalGeneration` with hf-attn attention variants (see `HfAttnBartConfig`)."""
 
     config_class = HfAttnBartConfig
