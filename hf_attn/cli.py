@@ -206,8 +206,27 @@ def cmd_card(argv) -> int:
     ap.add_argument("--repo_id", "--repo-id", default=None, help="the Hub repo the card names (default: the directory)")
     a = ap.parse_args(argv)
     check_model_files(a.model_dir)
+    check_hf_attn_model(a.model_dir)
     print(f"wrote {write_model_card(a.model_dir, a.repo_id)}")
     return 0
+
+
+def check_hf_attn_model(model_dir: str) -> None:
+    """One line when ``model_dir`` holds a model without hf-attn attention (a stock Marian/BART checkpoint)."""
+    import json
+
+    from .errors import HfAttnInputError
+
+    config = os.path.join(model_dir, "config.json")
+    try:
+        model_type = json.loads(open(config, encoding="utf-8").read()).get("model_type")
+    except (OSError, ValueError) as e:
+        raise HfAttnInputError(f"{config!r} cannot be read as JSON ({e}); give a directory written by `hf-attn train`, "
+                               "`hf-attn convert` or save_pretrained") from None
+    if model_type not in ("hf_attn_marian", "hf_attn_bart"):
+        raise HfAttnInputError(f"{model_dir!r} holds a {model_type or 'non-hf-attn'} model, without hf-attn attention: an "
+                               "hf-attn card describes a variant; convert it first: `hf-attn convert "
+                               f"{model_dir} OUTPUT_DIR --preset rela-g` (or the preset you want)")
 
 
 def cmd_metrics(argv) -> int:

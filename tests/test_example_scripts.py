@@ -7,6 +7,7 @@ the Trainer wrote."""
 from __future__ import annotations
 
 import json
+import time
 import re
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def test_convert_writes_a_complete_directory(converted):
     assert not re.search(r"\$[a-z_]+", card), re.findall(r"\$[a-z_]+", card)
 
 
-@pytest.mark.parametrize("case", ["not-empty", "no-tokenizer", "no-source"])
+@pytest.mark.parametrize("case", ["not-empty", "no-tokenizer", "no-source", "hub-offline"])
 def test_convert_misuse_is_one_line(case, trained, tmp_path):
     src, out = str(trained), tmp_path / "out"
     if case == "not-empty":
@@ -60,13 +61,30 @@ def test_convert_misuse_is_one_line(case, trained, tmp_path):
         src.mkdir()
         for name in ("config.json", "model.safetensors"):
             (src / name).write_bytes((trained / name).read_bytes())
+    elif case == "hub-offline":
+        src = "Helsinki-NLP/opus-mt-de-en"  # the tests run with HF_HUB_OFFLINE=1
     else:
         src = str(tmp_path / "missing")
+    started = time.time()
     p = run_cli(["convert", str(src), str(out), "--preset", "gmm"])
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
-    expected = {"not-empty": "exists and is not empty", "no-tokenizer": "give --tokenizer DIR",
-                "no-source": "no such model directory"}[case]
-    assert expected in p.stderr
+    expected = {"not-empty": "exists and is not empty", "no-tokenizer": "holds no tokenizer files",
+                "no-source": "no such model directory", "hub-offline": "the Hub is offline"}[case]
+    assert expected in p.stderr and "NoneType" not in p.stderr
+    assert time.time() - started < 40  # at once, not after the Hub client's retries
+
+
+def test_card_of_a_stock_model_is_one_line(tmp_path):
+    from transformers import MarianConfig, MarianMTModel
+
+    stock = tmp_path / "stock"
+    MarianMTModel(MarianConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=16,
+                               decoder_ffn_dim=16, encoder_attention_heads=2, decoder_attention_heads=2,
+                               pad_token_id=0, decoder_start_token_id=0, max_position_embeddings=32)).save_pretrained(stock)
+    p = run_cli(["card", str(stock)])
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+    assert "holds a marian model, without hf-attn attention" in p.stderr and "hf-attn convert" in p.stderr
+    assert not (stock / "README.md").exists()
 
 
 def test_run_translation_path_with_a_converted_model(converted, tmp_path):

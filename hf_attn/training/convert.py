@@ -30,6 +30,27 @@ def swapped_model(source: str, preset: str, tokenizer, label: str, **overrides):
     return model
 
 
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "source.spm", "vocab.json", "sentencepiece.bpe.model")
+
+
+def check_hub(repo_id: str, timeout: float = 5.0) -> None:
+    """A Hub id must be reachable before anything is loaded: offline (HF_HUB_OFFLINE=1) or unreachable within
+    ``timeout`` seconds, one line at once, instead of transformers' retries (about a minute) and a misleading
+    tokenizer error."""
+    from huggingface_hub import HfApi, constants
+
+    fix = ("convert a local directory instead (`hf-attn convert DIR OUTPUT_DIR`), after downloading it where the "
+           f"Hub is reachable: `hf download {repo_id} --local-dir DIR`")
+    if constants.HF_HUB_OFFLINE:
+        raise HfAttnInputError(f"{repo_id!r} is not a local directory and the Hub is offline (HF_HUB_OFFLINE=1); {fix}")
+    try:
+        HfApi().model_info(repo_id, timeout=timeout)
+    except Exception as e:  # noqa: BLE001 - connection, DNS, timeout, 404 and 401 errors come in many classes
+        what = "no such model on the Hub" if "404" in str(e) or "RepositoryNotFound" in type(e).__name__ else \
+            f"the Hub cannot be reached ({type(e).__name__})"
+        raise HfAttnInputError(f"{repo_id!r} is not a local directory and {what}; {fix}") from None
+
+
 def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tokenizer: str | None = None,
                        **overrides) -> Path:
     """Swap ``preset``'s attention into the checkpoint ``source`` (a directory or Hub id; see `swap_attention`) and
@@ -47,7 +68,13 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HfAttnInputError(f"output directory {output_dir!r} exists and is not empty; give a new or empty "
                                "directory")
+    if not local.is_dir():
+        check_hub(source)
     tok_source = tokenizer or source
+    if Path(tok_source).expanduser().is_dir() and not any(
+            (Path(tok_source).expanduser() / f).is_file() for f in TOKENIZER_FILES):
+        raise HfAttnInputError(f"{tok_source!r} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}); the converted "
+                               "directory needs one: give --tokenizer DIR (a directory with tokenizer files)")
     try:
         tok = load_tokenizer(tok_source)
     except (OSError, ValueError, TypeError) as e:
