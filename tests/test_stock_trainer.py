@@ -63,9 +63,11 @@ def test_stock_trainer_gets_the_same_gradients(preset, accumulation, tmp_path):
 def test_stock_trainer_with_label_smoothing_fails_at_the_first_step(preset, tmp_path):
     """Transformers' trainer drops `labels` to smooth them itself and never sees `aux_loss`: a loud error, not
     a run without the variant's objective. HfAttnSeq2SeqTrainer trains the same setup."""
-    with pytest.raises(HfAttnConfigError, match="needs `labels` in every training forward"):
+    with pytest.raises(HfAttnConfigError, match="needs `labels` in every training forward") as err:
         first_step_grads(Seq2SeqTrainer, model_for(preset), tmp_path / "stock", [TrainingStepCallback()],
                          label_smoothing_factor=0.1)
+    # the fixes a script user can apply, naming the preset (not the internal variant)
+    assert f"preset {preset!r}" in str(err.value) and "--label_smoothing_factor 0" in str(err.value)
     grads = first_step_grads(HfAttnSeq2SeqTrainer, model_for(preset), tmp_path / "ours", label_smoothing_factor=0.1)
     assert grads
 

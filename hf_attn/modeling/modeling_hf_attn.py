@@ -299,10 +299,13 @@ class HfAttnModelMixin:
         classes = self.variant_classes()
         needs_labels = [c.variant for c in classes if c.training_objective(self.config)]
         if labels is None and needs_labels:
+            what = f"preset {self.config.preset!r}" if getattr(self.config, "preset", None) else \
+                f"attention variant {needs_labels[0]!r}"
             return (
-                f"attention variant {needs_labels[0]!r} adds an auxiliary objective to the training loss, so the "
-                "model needs `labels` in every training forward that is backpropagated (a loop that drops them to "
-                "smooth the labels itself would train without it): pass labels, or train with "
+                f"{what} adds an auxiliary objective to the training loss, so the model needs `labels` in every "
+                "training forward that is backpropagated (a loop that drops them to smooth the labels itself, as "
+                "transformers' Seq2SeqTrainer does with label smoothing, would train without it): with transformers' "
+                "example scripts pass --label_smoothing_factor 0; in your own code pass labels, or train with "
                 "hf_attn.training.HfAttnSeq2SeqTrainer"
             )
         if not self._step_driven and any(c.needs_training_step(self.config) for c in classes):
