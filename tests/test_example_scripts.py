@@ -39,8 +39,14 @@ def converted(trained, tmp_path_factory):
     return out
 
 
-def test_convert_writes_a_complete_directory(converted):
+def test_convert_writes_a_complete_directory(converted, trained):
     cfg = json.loads((converted / "config.json").read_text())
+    assert cfg["hf_attn_card"]["converted_from"] == str(trained)
+    # one parameter count: the run's card (results.json, counted at training) and a directory card (from
+    # config.json) count the same thing
+    from hf_attn.training.cards import _param_count
+
+    assert _param_count(trained) == json.loads((trained / "results.json").read_text())["params"]
     assert cfg["preset"] == "gmm" and cfg["auto_map"]["AutoModelForSeq2SeqLM"].endswith("HfAttnMarianMTModel")
     for name in ("model.safetensors", "generation_config.json", "tokenizer_config.json", "modeling_hf_attn.py",
                  "attention_gmm.py", "README.md"):
@@ -87,7 +93,7 @@ def test_card_of_a_stock_model_is_one_line(tmp_path):
     assert not (stock / "README.md").exists()
 
 
-def test_run_translation_path_with_a_converted_model(converted, tmp_path):
+def test_run_translation_path_with_a_converted_model(converted, trained, tmp_path):
     """The README's command, with a tiny budget, in a fresh process that imports no hf_attn before the metric."""
     work = tmp_path / "work"
     work.mkdir()
@@ -114,6 +120,11 @@ def test_run_translation_path_with_a_converted_model(converted, tmp_path):
     assert run_cli(["card", str(out)]).returncode == 0
     card = (out / "README.md").read_text()
     assert "- hf-attn" in card and "- gmm" in card and TRAINER_START in card and "fine-tuned version of" in card
+    # what the card knew before the Trainer survives it (kept in config.json): the origin, and one parameter count,
+    # the same the converted model's card gives
+    assert f"Converted from `{trained}`" in card and "Origin: not recorded" not in card
+    count = re.search(r"([\d,]+) trainable parameters \(tied embeddings counted once\)", card).group(1)
+    assert count in (converted / "README.md").read_text()
     assert run_cli(["card", str(out)]).returncode == 0
     assert (out / "README.md").read_text() == card  # idempotent: the Trainer's summary is kept, not lost
 

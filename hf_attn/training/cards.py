@@ -170,20 +170,29 @@ def _trainer_block(summary: str) -> str:
     return f"{TRAINER_START}\n{summary}\n{TRAINER_END}"
 
 
-def _param_count(model_dir: Path) -> int | None:
-    from safetensors import safe_open
+def trainable_parameters(model) -> int:
+    """The one parameter count of the cards and results.json: trainable parameters, each tied tensor once (the
+    shared embeddings and output layer); fixed tensors (Marian's sinusoidal positions) are not counted."""
+    if hasattr(model, "freeze_fixed_weights"):
+        model.freeze_fixed_weights()
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
-    path = model_dir / "model.safetensors"
-    if not path.is_file():
+
+def _param_count(model_dir: Path) -> int | None:
+    """`trainable_parameters` of the model in ``model_dir``, built from its config on the meta device (no weights
+    read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    from .. import swap_attention  # noqa: F401  (registers the hf-attn Auto classes)
+
+    try:
+        config = AutoConfig.from_pretrained(str(model_dir))
+        with torch.device("meta"):
+            model = AutoModelForSeq2SeqLM.from_config(config)
+    except (OSError, ValueError, KeyError):
         return None
-    total = 0
-    with safe_open(str(path), "pt") as f:
-        for key in f.keys():
-            n = 1
-            for dim in f.get_slice(key).get_shape():
-                n *= dim
-            total += n
-    return total
+    return trainable_parameters(model)
 
 
 def render_directory_card(model_dir: Path, repo_id: str | None = None, converted_from: str | None = None,
@@ -200,9 +209,15 @@ def render_directory_card(model_dir: Path, repo_id: str | None = None, converted
     preset = getattr(config, "preset", None) or "custom"
     p = PRESETS.get(preset)
     layout = config.attention_layout()
+    card = getattr(config, "hf_attn_card", None) or {}  # written into config.json: survives any save_pretrained
+    converted_from = converted_from or card.get("converted_from")
     if converted_from:
         origin = (f"{CONVERTED}`{converted_from}` (`hf-attn convert` / `swap_attention`): every weight the two models "
                   "share copied exactly, the attention's new parameters initialised")
+    elif card.get("origin") and not origin:
+        origin = f"- Origin: {card['origin']}"
+    card_yaml = "".join([f"base_model: {card['base_model']}\n"] if card.get("base_model") else []) + "".join(
+        ["language:\n"] + [f"- {lang}\n" for lang in card["languages"]] if card.get("languages") else [])
     if trainer_summary:
         training = ("Trained with transformers' `Trainer` (e.g. its example script `run_translation.py`); its "
                     "summary:\n\n" + _trainer_block(trainer_summary))
@@ -223,6 +238,7 @@ def render_directory_card(model_dir: Path, repo_id: str | None = None, converted
         "layout": "; ".join(f"{site}: {', '.join(v) if len(set(v)) > 1 else (v[0] if v else '-')}"
                             for site, v in layout.items()),
         "params": _fmt_int(_param_count(model_dir)),
+        "card_yaml": card_yaml,
         "origin": (origin or "- Origin: not recorded")[2:],
         "training": training,
         "hf_attn_url": HF_ATTN_URL,

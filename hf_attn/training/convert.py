@@ -82,6 +82,8 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
                                "directory needs one: give --tokenizer DIR (a directory with tokenizer files)") from None
     model = swapped_model(source, preset, tok, repr(source), **overrides)
     out.mkdir(parents=True, exist_ok=True)
+    # what the card says of the model's origin, kept in config.json so that it survives later saves (a Trainer's)
+    model.config.hf_attn_card = {"converted_from": source, "base_model": source if not local.is_dir() else None}
     model.save_pretrained(out)  # config (auto_map), modeling code, weights, generation_config.json
     tok.save_pretrained(out)
     write_model_card(out, converted_from=source)

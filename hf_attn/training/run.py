@@ -19,6 +19,7 @@ from ..errors import HfAttnInputError, HfAttnPreempted
 from ..io_utils import ensure_writable_dir, write_json
 from ..rundir import read_run_args
 from .cpu_memory import keep_freed_memory, peak_rss_mib
+from .cards import trainable_parameters
 from .trainer import StopOnSignalCallback
 
 logger = logging.getLogger("hf_attn")
@@ -485,8 +486,12 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     tokenizer, tokenizer_info = _run_tokenizer(hargs, targs, out_dir, corpus, base)
 
     model, base, embedding_init_std = _build_model(hargs, targs, last, overrides, tokenizer, base)
-    n_params = sum(p.numel() for p in model.parameters())
-    say(f"model: {type(model).__name__} preset {model.config.preset or hargs.preset}, {n_params / 1e6:.2f}M parameters, "
+    n_params = trainable_parameters(model)
+    model.config.hf_attn_card = {  # kept in config.json: the card of any later save (a Trainer's) says the same
+        "origin": f"trained by `hf-attn train` on {corpus.description}",
+        "languages": [x for x in (corpus.source_lang, corpus.target_lang) if x],
+        "base_model": hargs.init_from if hargs.init_from and not Path(hargs.init_from).is_dir() else None}
+    say(f"model: {type(model).__name__} preset {model.config.preset or hargs.preset}, {n_params / 1e6:.2f}M trainable parameters, "
         f"d_model {model.config.d_model}, {model.config.encoder_layers}+{model.config.decoder_layers} layers")
 
     # ---------------------------------------------------------------------------------------------- tokenise
