@@ -93,6 +93,7 @@ def test_a_run_records_its_recipe(tmp_path):
     assert tr["learning_rate"] == pytest.approx(2 * (32 * 4) ** -0.5)
     assert tr["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-4", "checkpoint-5"]
     assert run["length_penalty"] == 0.6
+    assert any("the test split has 8 sentences" in w for w in run["warnings"])  # a tiny test split is named
     card = (out / "README.md").read_text()
     assert "| layer init | xavier_uniform" in card and "| checkpoint averaging | checkpoint-2, checkpoint-4" in card
     assert "length penalty 0.6" in card
@@ -100,3 +101,17 @@ def test_a_run_records_its_recipe(tmp_path):
     assert bad.returncode == 2 and "--average_checkpoints -1: need an integer >= 0" in bad.stderr
     both = run_cli(["train", *TINY_ARGS, "--noam_factor", "1", "--output_dir", str(tmp_path / "both")])
     assert both.returncode == 2 and "drop --learning_rate" in both.stderr and "tokeniz" not in both.stderr
+
+
+def test_evaluation_warnings_name_what_makes_a_score_mean_little():
+    from hf_attn.training.run import evaluation_warnings
+
+    train = [f"train sentence {i}" for i in range(500)]
+    test = [f"test sentence {i}" for i in range(200)]
+    assert evaluation_warnings(train, test, ["a translation"] * 200) == []
+    small = evaluation_warnings(train, test[:20], ["x"] * 20)
+    assert len(small) == 1 and "20 sentences (under 100)" in small[0]
+    leaked = evaluation_warnings(train, test[:150] + train[:50], ["x"] * 200)
+    assert len(leaked) == 1 and "50 of the 200 test sources also occur in the training split" in leaked[0]
+    empty = evaluation_warnings(train, test, [""] * 30 + ["x"] * 170)
+    assert len(empty) == 1 and "30 of the 200 translations are empty" in empty[0]

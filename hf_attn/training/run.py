@@ -324,6 +324,29 @@ def _fit(trainer, hargs, targs, last, out_dir: Path) -> tuple[bool, float, int]:
     return done, train_seconds, tokens
 
 
+MIN_TEST_SENTENCES = 100  # under this, a corpus BLEU's bootstrap interval spans several points
+
+
+def evaluation_warnings(train_sources: list[str], test_sources: list[str], hypotheses: list[str]) -> list[str]:
+    """What makes a test score mean little, each as one sentence: a test split too small for a stable BLEU, test
+    sources that also occur in the training split (the score then measures memory), and empty translations."""
+    out = []
+    n = len(test_sources)
+    if 0 < n < MIN_TEST_SENTENCES:
+        out.append(f"the test split has {n} sentences (under {MIN_TEST_SENTENCES}): its BLEU moves by several points "
+                   "with the choice of sentences; give a larger --test_file or --max_predict_samples")
+    seen = set(train_sources)
+    overlap = sum(src in seen for src in test_sources)
+    if overlap:
+        out.append(f"{overlap} of the {n} test sources also occur in the training split: the score overstates "
+                   "translation of unseen text; deduplicate the splits")
+    empty = sum(not h.strip() for h in hypotheses)
+    if hypotheses and empty / len(hypotheses) > 0.1:
+        out.append(f"{empty} of the {len(hypotheses)} translations are empty: the model has not learned to translate "
+                   "yet (train longer), or generation stops at once (check --generation_max_new_tokens)")
+    return out
+
+
 def preempted_message(signal_name: str, step: int, checkpoint: str | None) -> str:
     """The line `hf-attn train` ends with when a signal stopped it: the checkpoint and the command that resumes."""
     import shlex
@@ -359,6 +382,9 @@ def _finish(c) -> dict:
     (out_dir / "test_translations.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     run = _results(c, model, src_test, hyps)
     run["reference"] = reference_for(run)
+    run["warnings"] = evaluation_warnings(c.corpus.pairs("train")[0], src_test, hyps)
+    for warning in run["warnings"]:
+        say(f"warning: {warning}")
     write_json(out_dir / "results.json", run, default=str)
     write_model_card(out_dir, hargs.hub_repo_id or targs.hub_model_id)
     say(summary_line(run))
