@@ -216,6 +216,7 @@ def check_hf_attn_model(model_dir: str) -> None:
     import json
 
     from .errors import HfAttnInputError
+    from .modeling import HfAttnBartConfig, HfAttnMarianConfig
 
     config = os.path.join(model_dir, "config.json")
     try:
@@ -223,7 +224,7 @@ def check_hf_attn_model(model_dir: str) -> None:
     except (OSError, ValueError) as e:
         raise HfAttnInputError(f"{config!r} cannot be read as JSON ({e}); give a directory written by `hf-attn train`, "
                                "`hf-attn convert` or save_pretrained") from None
-    if model_type not in ("hf_attn_marian", "hf_attn_bart"):
+    if model_type not in (HfAttnMarianConfig.model_type, HfAttnBartConfig.model_type):
         raise HfAttnInputError(f"{model_dir!r} holds a {model_type or 'non-hf-attn'} model, without hf-attn attention: an "
                                "hf-attn card describes a variant; convert it first: `hf-attn convert "
                                f"{model_dir} OUTPUT_DIR --preset rela-g` (or the preset you want)")
@@ -329,8 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     except HfAttnPreempted as e:  # a signal stopped training after a checkpoint: one line, exit 75
         import signal
 
-        for name in ("SIGTERM", "SIGINT", "SIGUSR1"):  # a scheduler's repeated signal must not change the exit code
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        from .training.trainer import PREEMPTION_SIGNALS
+
+        for name in PREEMPTION_SIGNALS:  # a scheduler's repeated signal must not change the exit code
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
         if os.environ.get("RANK", "0") == "0":
             print(f"hf-attn: {' '.join(str(e).split())}", file=sys.stderr)
         return e.exit_code

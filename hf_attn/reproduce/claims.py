@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
-from .seeds import MIN_SEEDS, complete, group_name, group_records, group_title, p_text
+from .seeds import MIN_SEEDS, complete, group_name, group_records, group_title, p_text, seed_delta
 
 
 @dataclass(frozen=True)
@@ -352,11 +352,10 @@ def _judge_delta(d: SeedDelta, runs: dict, seed_cmp) -> dict | None:
     a, b = complete(runs[d.a]), complete(runs[d.b])
     if not a or not b:
         return None
-    n = min(len(a), len(b))
-    if n < MIN_SEEDS:
-        return {"holds": None, "verdict": f"not enough seeds (n={n})",
-                "observed": f"{len(a)} seed(s) of `{d.a}`, {len(b)} of `{d.b}`"}
-    s = seed_cmp(a, b)["bleu"]
+    result, reason = seed_delta(a, b, seed_cmp)
+    if result is None:
+        return {"holds": None, "verdict": reason, "observed": f"{len(a)} seed(s) of `{d.a}`, {len(b)} of `{d.b}`"}
+    s = result["bleu"]
     holds = bool(d.holds(s["delta"], s["ci"]))
     return {"holds": holds, "verdict": "holds" if holds else "does not hold",
             "observed": f"ΔBLEU {delta_ci(s)}, p {p_text(s['p_value'])}; seeds {len(a)} / {len(b)}"}

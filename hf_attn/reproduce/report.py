@@ -26,7 +26,7 @@ from ..errors import HfAttnInputError
 from ..io_utils import dumps_strict, replace_marked_block
 from .claims import claims_section, delta_ci
 from .seeds import (MIN_SEEDS, complete, corpus_score, group_name, group_records, group_title, mean_sd, p_text,
-                    run_stats, scorer, seed_bootstrap)
+                    run_stats, scorer, seed_bootstrap, seed_delta)
 
 SITES = ("encoder", "decoder", "cross")
 STATS = ("sparsity", "null_rate", "entropy", "head_diversity")
@@ -241,18 +241,6 @@ class SeedComparisons:
             self.done[key] = seed_bootstrap([r["hypotheses"] for r in a], [r["hypotheses"] for r in b], refs,
                                             self.n_samples)
         return self.done[key]
-
-
-def seed_delta(a: list[dict], b: list[dict], seed_cmp) -> tuple[dict | None, str]:
-    """The seed-aware comparison of runs ``a`` against runs ``b`` (any status), or why there is none:
-    ``(result, "")``, ``(None, "not run yet")`` or ``(None, "not enough seeds (n=...)")``."""
-    if not a or not b:
-        return None, "not run yet"
-    done_a, done_b = complete(a), complete(b)
-    n = min(len(done_a), len(done_b))
-    if n < MIN_SEEDS:
-        return None, f"not enough seeds (n={n})"
-    return seed_cmp(done_a, done_b), ""
 
 
 def _mean(values) -> float | None:

@@ -253,6 +253,7 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
     from tqdm.auto import tqdm
 
     from ..training.checkpoints import RunLock
+    from ..training.trainer import FirstSignal
 
     todo = [s for s in specs if not record_path(output_dir, s).is_file()]
     print(f"[hf-attn] reproduce: {len(specs)} runs, {len(specs) - len(todo)} already recorded, {len(todo)} to run "
@@ -262,7 +263,9 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
     failed: list[str] = []
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="reproduce", unit="run")
     queue = list(todo)
-    stop, forwarded, busy = _SignalFlag(), False, []
+    # a scheduler's signal to the matrix: remembered, then passed on to the running children, which save a
+    # checkpoint and stop (`training.trainer.StopOnSignalCallback`)
+    stop, forwarded, busy = FirstSignal().install(), False, []
     while queue or running:
         if stop.name and not forwarded:  # preempted: no new runs; the running ones save a checkpoint and stop
             tqdm.write(f"[hf-attn] {stop.name}: stopping {len(running)} run(s) at their next step; "
@@ -316,32 +319,6 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
         raise HfAttnPreempted(f"stopped by {stop.name}: the runs in progress saved a checkpoint; run the same command "
                               "again to resume them and the rest of the matrix")
     return failed
-
-
-class _SignalFlag:
-    """SIGTERM / SIGINT / SIGUSR1 to `hf-attn reproduce` (a scheduler's preemption): remembered, then passed on to
-    the running children, which save a checkpoint and stop (`training.trainer.StopOnSignalCallback`)."""
-
-    def __init__(self):
-        import signal
-        import threading
-
-        self.name, self.signum, self._previous = None, None, {}
-        if threading.current_thread() is threading.main_thread():
-            for name in ("SIGTERM", "SIGINT", "SIGUSR1"):
-                self._previous[name] = signal.signal(getattr(signal, name), self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        import signal
-
-        if self.name is None:
-            self.name, self.signum = signal.Signals(signum).name, signum
-
-    def restore(self) -> None:
-        import signal
-
-        for name, handler in self._previous.items():
-            signal.signal(getattr(signal, name), handler)
 
 
 def report_lock(output_dir: Path):

@@ -56,6 +56,18 @@ def complete(records: list[dict]) -> list[dict]:
     return [r for r in records if r["status"] == "complete" and r.get("hypotheses")]
 
 
+def seed_delta(a: list[dict], b: list[dict], seed_cmp) -> tuple[dict | None, str]:
+    """The seed-aware comparison of runs ``a`` against runs ``b`` (any status), or why there is none:
+    ``(result, "")``, ``(None, "not run yet")`` or ``(None, "not enough seeds (n=...)")``."""
+    if not a or not b:
+        return None, "not run yet"
+    done_a, done_b = complete(a), complete(b)
+    n = min(len(done_a), len(done_b))
+    if n < MIN_SEEDS:
+        return None, f"not enough seeds (n={n})"
+    return seed_cmp(done_a, done_b), ""
+
+
 # -------------------------------------------------------------------------------------------------- text
 def sd(values: list[float]) -> float | None:
     """Sample standard deviation; None for fewer than two values."""

@@ -79,13 +79,18 @@ class RunLock:
         raise HfAttnInputError(f"--output_dir {str(self.path.parent)!r}: cannot take the lock {self.path.name}; "
                                "remove it if no run uses that directory")
 
-    def _check_stale(self) -> None:
+    def _owner(self) -> tuple[dict, int | None, str | None, bool]:
+        """(lock file contents, pid, host, whether that process is alive); pid None when unreadable."""
         try:
             info = json.loads(self.path.read_text())
             pid, host = int(info["pid"]), str(info["host"])
         except (OSError, ValueError, KeyError, TypeError):
-            info, pid, host = {}, None, None
-        if pid is not None and (host != socket.gethostname() or _alive(pid)):
+            return {}, None, None, False
+        return info, pid, host, host != socket.gethostname() or _alive(pid)
+
+    def _check_stale(self) -> None:
+        info, pid, host, live = self._owner()
+        if live:
             raise HfAttnBusy(
                 f"--output_dir {str(self.path.parent)!r} is in use by process {pid} on {host} (since "
                 f"{info.get('started', '?')}); wait for it, choose another --output_dir, or delete "
@@ -100,12 +105,8 @@ class RunLock:
 
     def holder(self) -> dict | None:
         """The lock's owner ({"pid", "host", "started"}) while a live process holds it, else None."""
-        try:
-            info = json.loads(self.path.read_text())
-            pid, host = int(info["pid"]), str(info["host"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return info if host != socket.gethostname() or _alive(pid) else None
+        info, _, _, live = self._owner()
+        return info if live else None
 
     def release(self) -> None:
         if self.held:

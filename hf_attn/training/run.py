@@ -355,8 +355,8 @@ def preempted_message(signal_name: str, step: int, checkpoint: str | None) -> st
     argv = sys.argv[1:]
     if argv[:1] == ["train"] and "--resume" not in argv:
         again = f"`{shlex.join(['hf-attn', *argv, '--resume'])}`"
-    else:
-        again = "the same command" + ("" if "--resume" in argv or argv[:1] != ["train"] else " plus --resume")
+    else:  # already a --resume, or a run of `hf-attn reproduce`
+        again = "the same command"
     return (f"stopped by {signal_name} at step {step}, checkpoint saved: {checkpoint}; resume with {again}"
             if checkpoint else f"stopped by {signal_name} at step {step} before any checkpoint was saved")
 

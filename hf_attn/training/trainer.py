@@ -300,53 +300,69 @@ class TimeBudgetCallback(TrainerCallback):
             return 0.0
 
 
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")  # how schedulers (SLURM, Kubernetes, spot) end a job
+
+
+class FirstSignal:
+    """While installed (main thread only), SIGTERM / SIGINT / SIGUSR1 are recorded instead of acted on: ``name`` and
+    ``signum`` of the first one; later ones change nothing. `restore` puts the previous handlers back."""
+
+    def __init__(self):
+        self.name: str | None = None
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def install(self) -> "FirstSignal":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in PREEMPTION_SIGNALS:
+                if hasattr(signal, name):  # (SIGUSR1 is POSIX only)
+                    self._previous[name] = signal.signal(getattr(signal, name), self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        import signal
+
+        if self.name is None:
+            self.name, self.signum = signal.Signals(signum).name, signum
+
+    def restore(self) -> None:
+        import signal
+
+        for name, handler in self._previous.items():
+            signal.signal(getattr(signal, name), handler)
+        self._previous = {}
+
+
 class StopOnSignalCallback(TrainerCallback):
     """Preemption: on SIGTERM, SIGINT or SIGUSR1 finish the current optimiser step, save a complete checkpoint of
     it (the atomic path of the periodic saves) and stop training; ``signal_name`` is then the signal's name.
 
     Clusters end jobs this way: SLURM, Kubernetes and spot instances send SIGTERM (SLURM can send SIGUSR1 ahead of
-    time, ``--signal=USR1@120``), wait, then kill. The handlers are installed for the duration of ``train()`` (main
-    thread only) and only record the first signal, so a second one during the save changes nothing. Under DDP the
+    time, ``--signal=USR1@120``), wait, then kill. The handlers (`FirstSignal`) are installed for the duration of
+    ``train()`` and only record the first signal, so a second one during the save changes nothing. Under DDP the
     processes agree (all-reduce MAX) and stop at the same step. `HfAttnSeq2SeqTrainer` does not add it: add it to
     your own trainer with ``trainer.add_callback(StopOnSignalCallback())`` and check ``signal_name`` after
     ``trainer.train()`` returns (`hf-attn train` does, and exits with code 75)."""
 
-    SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
-
     def __init__(self):
         self.signal_name: str | None = None  # the signal that stopped training
-        self.received: str | None = None  # the first signal seen (this process)
-        self._previous: dict = {}
-
-    def _handle(self, signum, frame) -> None:
-        import signal
-
-        if self.received is None:
-            self.received = signal.Signals(signum).name
+        self.received = FirstSignal()  # the first signal seen (this process)
 
     def on_train_begin(self, args, state, control, **kwargs):
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
-                if hasattr(signal, name):
-                    self._previous[name] = signal.signal(getattr(signal, name), self._handle)
+        self.received.install()
 
     def on_step_end(self, args, state, control, **kwargs):
-        if _any_process(self.received is not None):
-            self.signal_name = self.received or "a signal to another process"
+        if _any_process(self.received.name is not None):
+            self.signal_name = self.received.name or "a signal to another process"
             control.should_training_stop = True
             control.should_save = True
 
     def on_train_end(self, args, state, control, **kwargs):
-        import signal
-
-        if self.signal_name:  # stopping: further signals stay recorded only, until the caller exits
-            return
-        for name, handler in self._previous.items():
-            signal.signal(getattr(signal, name), handler)
-        self._previous = {}
+        if not self.signal_name:  # stopping: further signals stay recorded only, until the caller exits
+            self.received.restore()
 
 
 class InterruptAfterSteps(TrainerCallback):
