@@ -84,15 +84,25 @@ def test_a_signal_saves_the_step_and_resume_is_exact(tmp_path, uninterrupted, si
     assert all(resumed[s] == ref[s] for s in resumed if s > step) and max(resumed) == STEPS
 
 
-def test_two_processes_stop_at_the_same_step(tmp_path):
-    """Under `accelerate launch` a signal to one worker stops both at one step, after one checkpoint."""
+def _launch(out, tmp_path, *extra):
+    """`accelerate launch` with 2 CPU processes of the same tiny run (the tokenizer cache is shared)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+            "-m", "hf_attn.cli", *ARGS, "--per_device_train_batch_size", "8", "--output_dir", str(out),
+            "--cache_dir", str(tmp_path.parent / "tok"), *extra]
+
+
+def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path):
+    """Under `accelerate launch` a signal to one worker stops both at one step, after one checkpoint, and
+    `--resume` under the same launch gives the losses and weights of an uninterrupted 2-process run."""
+    reference = tmp_path / "reference"
+    r = subprocess.run(_launch(reference, tmp_path), cwd=REPO, env=offline_env(), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
     out, log = tmp_path / "run", tmp_path / "log.txt"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-           "-m", "hf_attn.cli", *ARGS, "--per_device_train_batch_size", "8", "--max_steps", "400",
-           "--output_dir", str(out), "--cache_dir", str(tmp_path / "tok")]
     with open(log, "w") as fh:
-        proc = _start(cmd, fh)
+        proc = _start(_launch(out, tmp_path), fh)
         _wait_for_steps(log, 4, proc, timeout=300)
         workers = subprocess.run(["pgrep", "-f", "--", f"--output_dir {out}"], capture_output=True, text=True).stdout.split()
         workers = [int(p) for p in workers if int(p) != proc.pid]
@@ -102,10 +112,21 @@ def test_two_processes_stop_at_the_same_step(tmp_path):
     text = log.read_text()
     assert rc != 0 and text.count("hf-attn: stopped by") == 1, text[-3000:]
     step = int(re.search(r"stopped by .+? at step (\d+)", text).group(1))
+    assert step < STEPS, "the run finished before the signal arrived"
     ckpts = [p.name for p in out.iterdir() if p.name.startswith("checkpoint-")]
     assert ckpts == [f"checkpoint-{step}"]
     state = json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
     assert state["global_step"] == step
+
+    r = subprocess.run(_launch(out, tmp_path, "--resume"), cwd=REPO, env=offline_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    want, got = load_file(reference / "model.safetensors"), load_file(out / "model.safetensors")
+    assert want.keys() == got.keys()
+    for name in want:
+        assert (want[name] == got[name]).all(), name
+    ref, resumed = _losses(reference), _losses(out)
+    assert all(resumed[s] == ref[s] for s in resumed if s > step) and max(resumed) == STEPS
 
 
 def test_reproduce_passes_the_signal_on_and_resumes(tmp_path):
