@@ -42,6 +42,9 @@ def converted(trained, tmp_path_factory):
 def test_convert_writes_a_complete_directory(converted, trained):
     cfg = json.loads((converted / "config.json").read_text())
     assert cfg["hf_attn_card"]["converted_from"] == str(trained)
+    run = json.loads((trained / "results.json").read_text())
+    langs = [run["source_lang"], run["target_lang"]]
+    assert cfg["hf_attn_card"]["languages"] == langs  # from the source's card
     # one parameter count: the run's card (results.json, counted at training) and a directory card (from
     # config.json) count the same thing
     from hf_attn.training.cards import _param_count
@@ -53,7 +56,25 @@ def test_convert_writes_a_complete_directory(converted, trained):
         assert (converted / name).is_file(), name
     card = (converted / "README.md").read_text()
     assert "- hf-attn" in card and "- gmm" in card and "Converted from `" in card and "Not trained since" in card
+    assert "language:\n" + "".join(f"- {x}\n" for x in langs) in card
     assert not re.search(r"\$[a-z_]+", card), re.findall(r"\$[a-z_]+", card)
+
+
+def test_converted_languages_come_from_the_card_else_the_tokenizer(tmp_path):
+    from types import SimpleNamespace
+
+    from hf_attn.training.convert import source_languages
+
+    marian = SimpleNamespace(source_lang="deu_Latn", target_lang="eng")
+    assert source_languages(str(tmp_path), marian) == ["deu", "eng"]  # no card: the tokenizer's pair
+    assert source_languages(str(tmp_path), SimpleNamespace(src_lang="ru_RU", tgt_lang="en_XX")) == ["ru", "en"]
+    assert source_languages(str(tmp_path), SimpleNamespace()) == []
+    (tmp_path / "README.md").write_text("---\nlanguage:\n- de\n- en\nlicense: mit\n---\n# a model\n")
+    assert source_languages(str(tmp_path), marian) == ["de", "en"]  # the card wins
+    (tmp_path / "README.md").write_text("---\nlanguage: fr\n---\n")
+    assert source_languages(str(tmp_path), marian) == ["fr"]
+    (tmp_path / "README.md").write_text("---\nlanguage: [unclosed\n---\n")  # a broken card: the tokenizer
+    assert source_languages(str(tmp_path), marian) == ["deu", "eng"]
 
 
 @pytest.mark.parametrize("case", ["not-empty", "no-tokenizer", "no-source", "hub-offline"])
@@ -123,6 +144,8 @@ def test_run_translation_path_with_a_converted_model(converted, trained, tmp_pat
     # what the card knew before the Trainer survives it (kept in config.json): the origin, and one parameter count,
     # the same the converted model's card gives
     assert f"Converted from `{trained}`" in card and "Origin: not recorded" not in card
+    run = json.loads((trained / "results.json").read_text())
+    assert f"language:\n- {run['source_lang']}\n- {run['target_lang']}\n" in card
     count = re.search(r"([\d,]+) trainable parameters \(tied embeddings counted once\)", card).group(1)
     assert count in (converted / "README.md").read_text()
     assert run_cli(["card", str(out)]).returncode == 0

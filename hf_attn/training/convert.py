@@ -51,6 +51,39 @@ def check_hub(repo_id: str, timeout: float = 5.0) -> None:
         raise HfAttnInputError(f"{repo_id!r} is not a local directory and {what}; {fix}") from None
 
 
+def source_languages(source: str, tokenizer) -> list[str]:
+    """The languages a converted card names: the source's own card (its YAML ``language:`` list, read from the
+    directory or, for a Hub id, downloaded), else the tokenizer's ``source_lang`` / ``target_lang`` (Marian) or
+    ``src_lang`` / ``tgt_lang`` (mBART-style); empty when neither says."""
+    import yaml
+
+    card = Path(source).expanduser() / "README.md"
+    if not card.is_file():
+        try:
+            from huggingface_hub import hf_hub_download
+
+            card = Path(hf_hub_download(source, "README.md"))
+        except Exception:  # noqa: BLE001 - no card on the Hub, or no network: fall back to the tokenizer
+            card = None
+    if card is not None:
+        text = card.read_text(encoding="utf-8", errors="replace")
+        if text.startswith("---"):
+            try:
+                meta = yaml.safe_load(text.split("---", 2)[1]) or {}
+            except yaml.YAMLError:
+                meta = {}
+            langs = meta.get("language") if isinstance(meta, dict) else None
+            langs = [langs] if isinstance(langs, str) else langs
+            if isinstance(langs, list) and all(isinstance(x, str) for x in langs) and langs:
+                return list(dict.fromkeys(langs))
+    pairs = [(getattr(tokenizer, a, None), getattr(tokenizer, b, None))
+             for a, b in (("source_lang", "target_lang"), ("src_lang", "tgt_lang"))]
+    for src, tgt in pairs:
+        if isinstance(src, str) and isinstance(tgt, str) and src and tgt:
+            return list(dict.fromkeys(x.split("_")[0] for x in (src, tgt)))
+    return []
+
+
 def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tokenizer: str | None = None,
                        **overrides) -> Path:
     """Swap ``preset``'s attention into the checkpoint ``source`` (a directory or Hub id; see `swap_attention`) and
@@ -83,7 +116,8 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
     model = swapped_model(source, preset, tok, repr(source), **overrides)
     out.mkdir(parents=True, exist_ok=True)
     # what the card says of the model's origin, kept in config.json so that it survives later saves (a Trainer's)
-    model.config.hf_attn_card = {"converted_from": source, "base_model": source if not local.is_dir() else None}
+    model.config.hf_attn_card = {"converted_from": source, "base_model": source if not local.is_dir() else None,
+                                 "languages": source_languages(source, tok)}
     model.save_pretrained(out)  # config (auto_map), modeling code, weights, generation_config.json
     tok.save_pretrained(out)
     write_model_card(out, converted_from=source)
