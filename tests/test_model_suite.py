@@ -555,6 +555,41 @@ def test_generation_modes(base, preset):
 
 
 @pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
+def test_generate_dict_outputs(base, preset):
+    """test_greedy_generate_dict_outputs / test_beam_search_generate_dict_outputs (with ``output_attentions``,
+    ``output_hidden_states``, ``output_scores`` and ``output_logits``): one entry per new token, stock's shapes
+    (the cache makes each step's query one token long), and each step's weights are the variant's own: the rows
+    of a teacher-forced forward over the generated tokens."""
+    model = tiny_model(base, preset)
+    src = src_of(tiny_batch())
+    n, s, new = src["input_ids"].shape[0], src["input_ids"].shape[1], 6
+    heads, layers = TINY["decoder_attention_heads"], TINY["decoder_layers"]
+    kw = dict(max_new_tokens=new, min_new_tokens=new, output_attentions=True, output_hidden_states=True,
+              output_scores=True, return_dict_in_generate=True)
+    greedy = model.generate(**src, **kw, do_sample=False, output_logits=True)
+    assert len(greedy.scores) == len(greedy.logits) == len(greedy.decoder_attentions) == new
+    assert all(x.shape == (n, VOCAB) for x in greedy.scores + greedy.logits)
+    assert len(greedy.encoder_attentions) == TINY["encoder_layers"]
+    assert all(a.shape == (n, TINY["encoder_attention_heads"], s, s) for a in greedy.encoder_attentions)
+    assert len(greedy.encoder_hidden_states) == TINY["encoder_layers"] + 1
+    for t in range(new):
+        assert len(greedy.decoder_attentions[t]) == len(greedy.cross_attentions[t]) == layers
+        assert all(a.shape == (n, heads, 1, t + 1) for a in greedy.decoder_attentions[t])
+        assert all(a.shape == (n, heads, 1, s) for a in greedy.cross_attentions[t])
+        assert len(greedy.decoder_hidden_states[t]) == layers + 1
+    forced = model(**src, decoder_input_ids=greedy.sequences[:, :-1], output_attentions=True)
+    for layer in range(layers):
+        steps = torch.cat([greedy.cross_attentions[t][layer] for t in range(new)], dim=2)
+        torch.testing.assert_close(steps, forced.cross_attentions[layer], atol=1e-5, rtol=1e-4)
+        last = greedy.decoder_attentions[new - 1][layer][:, :, 0]
+        torch.testing.assert_close(last, forced.decoder_attentions[layer][:, :, -1], atol=1e-5, rtol=1e-4)
+    beams = model.generate(**src, **kw, num_beams=2, do_sample=False)
+    assert len(beams.scores) == len(beams.decoder_attentions) == new and beams.sequences.shape == (n, new + 1)
+    assert all(a.shape == (2 * n, heads, 1, s) for step in beams.cross_attentions for a in step)
+    assert beams.beam_indices.shape[0] == n
+
+
+@pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
 def test_assisted_decoding_and_continuing_from_a_cache_match_greedy(base, preset):
     """test_assisted_decoding_matches_greedy_search / test_prompt_lookup_decoding_matches_greedy_search (rejected
     drafts crop the cache and the variants' decoding state) / test_generate_continue_from_past_key_values."""
