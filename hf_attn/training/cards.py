@@ -59,6 +59,7 @@ def _hyperparameter_table(run: dict) -> str:
                  f"{' x sqrt(d_model)' if cfg.get('scale_embedding') else ''}"
          if tr.get("embedding_init_std") is not None else None),
         ("layer init", {"xavier": "xavier_uniform (fairseq's), zero biases"}.get(tr.get("init_scheme"), None)),
+        ("torch.compile", f"backend {tr['torch_compile_backend'] or 'inductor'}" if tr.get("torch_compile") else None),
         ("checkpoint averaging", ", ".join(tr["averaged_checkpoints"]) if tr.get("averaged_checkpoints") else None),
         ("decoding", f"beam {run.get('num_beams')}, length penalty {run.get('length_penalty')}"
          if run.get("num_beams") else None),

@@ -451,7 +451,7 @@ def _results(c, model, src_test: list[str], hyps: list[str]) -> dict:
         "training": {k: getattr(targs, k) for k in (
             "learning_rate", "lr_scheduler_type", "warmup_steps", "per_device_train_batch_size",
             "gradient_accumulation_steps", "label_smoothing_factor", "adam_beta1", "adam_beta2", "weight_decay",
-            "max_grad_norm", "seed", "world_size")},
+            "max_grad_norm", "seed", "world_size", "torch_compile")},
         "init_from": hargs.init_from, "tokenizer_info": c.tokenizer_info, "max_source_length": hargs.max_source_length,
         "example_source": src_test[0] if src_test else None, "example_translation": hyps[0] if hyps else None,
         "default_model_size": not any(k in c.overrides for k in ("d_model", "encoder_layers", "decoder_layers",
@@ -462,7 +462,8 @@ def _results(c, model, src_test: list[str], hyps: list[str]) -> dict:
     run["training"]["lr_scheduler_type"] = str(getattr(targs.lr_scheduler_type, "value", targs.lr_scheduler_type))
     run["training"]["embedding_init_std"] = c.embedding_init_std
     run["training"].update(init_scheme=hargs.init_scheme, noam_factor=hargs.noam_factor,
-                           averaged_checkpoints=c.averaged)
+                           averaged_checkpoints=c.averaged,
+                           torch_compile_backend=targs.torch_compile_backend if targs.torch_compile else None)
     return run
 
 

@@ -1,0 +1,128 @@
+"""Should `hf-attn reproduce` train compiled? End-to-end `hf-attn train` runs, eager against `--torch_compile`, in
+the same session, interleaved and repeated.
+
+Each round trains every preset twice from the same seed, once eagerly and once compiled (the order alternates
+between rounds), each in a fresh process, and times the whole process: start-up, the first call's compilation,
+training, evaluation and the test translation, which is what a run of the matrix costs. Per preset it gives the
+median over rounds of t_eager / t_compiled (> 1 = compiling pays) and how far the compiled run's training losses
+move from the eager run's (the largest relative difference over the logged steps). Compiling is worth it for a
+preset when the losses agree within ``--tolerance`` and the median ratio is above 1 + ``--margin``:
+
+    python scripts/compile_training.py --presets softmax,rela-g,gmm,reluformer,calibration-gate,ran-d \\
+        --steps 300 --rounds 3 --output results/compile_training.json
+
+Do not run it while anything else runs on the machine: the ratios are only as good as the quiet around them.
+Flags after ``--`` go to every `hf-attn train` call (e.g. smaller models for a quick check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+import torch
+
+from hf_attn.io_utils import write_json
+
+
+def train_once(preset: str, steps: int, out: Path, compiled: bool, backend: str, extra: list[str]) -> tuple[float, list]:
+    """Wall seconds of one `hf-attn train` process, and its logged training losses [(step, loss), ...]."""
+    cmd = [sys.executable, "-m", "hf_attn.cli", "train", "--preset", preset, "--max_steps", str(steps),
+           "--output_dir", str(out), "--save_strategy", "no", "--disable_tqdm", "true", *extra]
+    if compiled:
+        cmd += ["--torch_compile", "true", "--torch_compile_backend", backend]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"compile_training: {preset} ({'compiled' if compiled else 'eager'}) failed: {tail}")
+    run = json.loads((out / "results.json").read_text())
+    if run["training"].get("torch_compile", False) != compiled:  # the record says how the run trained
+        raise SystemExit(f"compile_training: {out}/results.json does not record torch_compile={compiled}")
+    return seconds, run["curves"]["train_loss"]
+
+
+def loss_gap(eager: list, compiled: list) -> float:
+    """The largest |compiled - eager| / |eager| over the steps both runs logged."""
+    a, b = dict(eager), dict(compiled)
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise SystemExit("compile_training: the two runs logged no common step; lower --logging_steps")
+    return max(abs(b[s] - a[s]) / max(abs(a[s]), 1e-12) for s in common)
+
+
+def measure(presets: list[str], steps: int, rounds: int, backend: str, extra: list[str], work: Path) -> dict:
+    """Per preset: the per-round times and ratios, the median ratio and the largest loss gap."""
+    times = {p: {"eager": [], "compiled": []} for p in presets}
+    gaps = {p: [] for p in presets}
+    bar = tqdm(total=rounds * len(presets) * 2, desc="compile_training", unit="run")
+    for r in range(rounds):
+        for p in presets:
+            order = (False, True) if r % 2 == 0 else (True, False)
+            losses = {}
+            for compiled in order:
+                out = work / f"{p}-{'compiled' if compiled else 'eager'}-{r}"
+                seconds, losses[compiled] = train_once(p, steps, out, compiled, backend, extra)
+                times[p]["compiled" if compiled else "eager"].append(round(seconds, 2))
+                shutil.rmtree(out, ignore_errors=True)
+                bar.update()
+            gaps[p].append(loss_gap(losses[False], losses[True]))
+    bar.close()
+    result = {}
+    for p in presets:
+        ratios = [e / c for e, c in zip(times[p]["eager"], times[p]["compiled"])]
+        result[p] = {"seconds": times[p], "ratios": [round(x, 3) for x in ratios],
+                     "median_ratio": round(statistics.median(ratios), 3), "loss_gap": max(gaps[p])}
+    return result
+
+
+def verdicts(result: dict, tolerance: float, margin: float) -> dict:
+    """A preset may train compiled when its losses agree within ``tolerance`` and it is faster by ``margin``."""
+    return {p: bool(r["loss_gap"] <= tolerance and r["median_ratio"] > 1 + margin) for p, r in result.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", default="softmax,rela-g,gmm,reluformer,calibration-gate,ran-d")
+    ap.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor)")
+    ap.add_argument("--tolerance", type=float, default=0.01,
+                    help="largest relative training-loss difference that counts as the same losses (default 0.01)")
+    ap.add_argument("--margin", type=float, default=0.05, help="speed-up needed beyond noise (default 0.05)")
+    ap.add_argument("--output", required=True)
+    a = ap.parse_args(argv)
+    presets = [p for p in a.presets.split(",") if p]
+    for name, value, low in (("--steps", a.steps, 1), ("--rounds", a.rounds, 1)):
+        if value < low:
+            ap.error(f"{name} {value}: must be at least {low}")
+    with tempfile.TemporaryDirectory(prefix="hf-attn-compile-") as tmp:
+        result = measure(presets, a.steps, a.rounds, a.backend, extra, Path(tmp))
+    ok = verdicts(result, a.tolerance, a.margin)
+    settings = {"steps": a.steps, "rounds": a.rounds, "backend": a.backend, "tolerance": a.tolerance,
+                "margin": a.margin, "extra": extra, "torch": torch.__version__, "cpu_count": os.cpu_count()}
+    write_json(a.output, {"settings": settings, "presets": result, "compile": ok})
+    print("| preset | t_eager / t_compiled (median) | largest loss gap | compile |")
+    print("|---|---|---|---|")
+    for p, r in result.items():
+        print(f"| {p} | {r['median_ratio']:.2f} | {r['loss_gap']:.1e} | {'yes' if ok[p] else 'no'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
