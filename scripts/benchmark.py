@@ -88,8 +88,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "inductor), and time compiled against compiled, one preset beside softmax per run; the calls "
                         "that compile are not timed; no FLOP and memory columns")
     p.add_argument("--profile", action="store_true",
-                   help="also profile three calls of every model (torch.profiler) and tabulate where each preset spends "
-                        "time beyond stock: the operators with the largest extra self time, and the time outside them")
+                   help="also profile three calls of every model (torch.profiler) and tabulate where each preset "
+                        "spends time beyond stock: the operators with the largest extra self time, and the time "
+                        "outside them")
     p.add_argument("--output", default=DEFAULTS.output, help="JSON results (a .md table is written beside)")
     p.add_argument("--long", default=None, help="long-sequence mode: comma list of lengths, e.g. 512,1024,2048,4096")
     p.add_argument("--long-batch", type=int, default=DEFAULTS.long_batch, help="sequences per forward/backward in "

@@ -14,9 +14,8 @@ import pytest
 import torch
 
 from hf_attn.bench import compile_check, render, runner
-from hf_attn.bench.models import STOCK
 from hf_attn.bench.profile import attention_share, extra_time, op_profile
-from hf_attn.bench.results import (BenchmarkResult, BenchSettings, CallTiming, NotABenchmarkResult, Profile,
+from hf_attn.bench.results import (STOCK, BenchmarkResult, BenchSettings, CallTiming, NotABenchmarkResult, Profile,
                                    SentenceRow, load_result)
 from hf_attn.bench.timing import RecompileLimitHits, decode, ratio_quartiles, rounds
 
@@ -107,7 +106,8 @@ def test_recompile_limit_hits_are_reported():
     found = hits.detach()
     assert found == ["torch._dynamo hit config.recompile_limit (8)    function: 'forward' (x.py:1)"]
     s = replace(TINY, compile="inductor", no_memory=True)
-    result = BenchmarkResult(s, "python scripts/benchmark.py", "x", "cpu", rows=_rows(1.0, 3.0), compile_fallbacks=found)
+    result = BenchmarkResult(s, "python scripts/benchmark.py", "x", "cpu", rows=_rows(1.0, 3.0),
+                             compile_fallbacks=found)
     table = render.render_table(result)
     assert "WARNING: dynamo hit its recompile limit 1 time(s)" in table and "'forward' (x.py:1)" in table
     assert "untimed calls s (compiling)" in table and "| stock-sdpa | 1.00x | 1.00x | 1.000 | 3 |" in table

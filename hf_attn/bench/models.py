@@ -13,7 +13,6 @@ from ..modeling.configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfi
 from ..modeling.modeling_hf_attn import HfAttnBartForConditionalGeneration, HfAttnMarianMTModel
 from ..modeling.registry import ATTENTION_VARIANTS
 
-STOCK = "stock-sdpa"  # the name of the reference model: stock transformers with attn_implementation="sdpa"
 BASES = ("marian", "bart")
 PAD, EOS, BOS = 1, 2, 0
 

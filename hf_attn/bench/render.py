@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 from ..io_utils import replace_marked_block
-from .models import STOCK
 from .profile import extra_time
-from .results import LONG_CALL, BenchmarkResult, BenchSettings, LongRow, NotABenchmarkResult, SentenceRow, load_result
+from .results import (LONG_CALL, STOCK, BenchmarkResult, BenchSettings, LongRow, NotABenchmarkResult, SentenceRow,
+                      load_result)
 from .timing import ratio_quartiles
 
 README = "README.md"  # the file whose generated blocks the scripts rewrite

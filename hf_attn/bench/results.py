@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+STOCK = "stock-sdpa"  # the reference model's row: stock transformers with attn_implementation="sdpa"
 SENTENCE_CALLS = ("train", "decode")  # the calls timed in the sentence-level mode
 LONG_CALL = "fwd_bwd"  # the call timed in the long-sequence mode
 DEFAULT_PRESETS = ("softmax", "sparsemax", "entmax15", "rela-g", "gmm", "ran-all", "ran-d", "calibration-gate")

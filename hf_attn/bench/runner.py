@@ -17,10 +17,10 @@ from tqdm.auto import tqdm
 
 from ..io_utils import write_json
 from .memory import peak_growth_mib
-from .models import STOCK, build_hf_attn, build_stock, config_fields, padded_batch
+from .models import build_hf_attn, build_stock, config_fields, padded_batch
 from .profile import attention_share, matmul_flops, op_profile
 from .render import plot_long, render_result
-from .results import LONG_CALL, BenchmarkResult, BenchSettings, CallTiming, LongRow, SentenceRow
+from .results import STOCK, BenchmarkResult, BenchSettings, CallTiming, LongRow, SentenceRow
 from .timing import (RecompileLimitHits, decode, forward_backward, raise_recompile_limits, ratios, rounds, timed,
                      train_step, warm_up)
 

@@ -11,7 +11,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from .models import STOCK
+from .results import STOCK
 
 
 def sync(device: str) -> None:

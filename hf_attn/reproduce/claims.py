@@ -14,8 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
-from ..bench.models import STOCK
-from ..bench.results import BenchmarkResult, BenchSettings, SentenceRow
+from ..bench.results import STOCK, BenchmarkResult, BenchSettings, SentenceRow
 from .seeds import MIN_SEEDS, complete, group_name, group_records, group_title, p_text, seed_delta
 
 
@@ -424,7 +423,8 @@ def _explanation(c: Claim, records: list[dict], sig: dict, experiment_ids) -> st
 def claims_section(records: list[dict], sig: dict, benchmarks: dict[str, BenchmarkResult] | None = None,
                    seed_cmp=None, experiment_ids=()) -> tuple[list[str], list[dict]]:
     """The claims table and its explanations. ``sig``: the per-seed paired bootstraps (for the budget trends);
-    ``benchmarks``: {label: a `scripts/benchmark.py` result (`bench.results.load_result`)} for the speed claims; ``seed_cmp``: see `judge`;
+    ``benchmarks``: {label: a `scripts/benchmark.py` result (`bench.results.load_result`)} for the speed claims;
+    ``seed_cmp``: see `judge`;
     ``experiment_ids``: the "Recipe sensitivity" experiments in the report, linked from the explanations."""
     groups = group_records(records)
     rows, md = [], ["## What the papers claim, and what we see", "",
