@@ -30,9 +30,12 @@ import torch
 from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark as B  # the benchmark's models, batches and settings
+import benchmark  # the benchmark's size and batch flags
 
 import hf_attn
+from hf_attn.bench.results import BenchSettings
+from hf_attn.bench.runner import build_preset, build_reference, decode_batch, train_batch
+from hf_attn.bench.timing import decode, timed, train_step
 from hf_attn.io_utils import write_json
 
 
@@ -57,7 +60,7 @@ def capture(model, layer, run, call: int = 1):
     return module, found["inputs"]
 
 
-def training_parts(args, model, batch):
+def training_parts(s: BenchSettings, model, batch):
     """{part: (fn, calls per training step)} on one layer's inputs captured from a training pass over ``batch``."""
     model.train()
     module, (q, k, v, keep, ctx) = capture(model, 0, lambda: model(**batch))
@@ -95,28 +98,29 @@ def training_parts(args, model, batch):
             p.grad = torch.zeros_like(p)
         optimizer.step()
 
-    layers = args.layers
+    layers = s.layers
     return {"ffn": (ffn, layers), "mixture": (mixture, layers), "attend": (attend, layers), "sdpa": (sdpa, layers),
             f"adamw ({len(params)} tensors)": (adamw, 1)}
 
 
-def decoding_parts(args, model, batch):
+def decoding_parts(s: BenchSettings, model, batch):
     """{part: (fn, calls per decode)} on one layer's inputs captured at decoding step 6 (or the last, if fewer) of
     ``batch``."""
-    step = min(6, args.decode_len)
-    module, (q, k, v, keep, ctx) = capture(model, min(1, args.layers - 1), lambda: B.decode(args, model, batch), step)
+    step = min(6, s.decode_len)
+    module, (q, k, v, keep, ctx) = capture(model, min(1, s.layers - 1),
+                                           lambda: decode(model, batch, s.beams, s.decode_len), step)
     geometry = module.source_geometry(keep, ctx)
     mask = keep.dense()
     with torch.no_grad():
         ffn_out = module.ffn_joint(q)
-    calls = args.layers * args.decode_len
+    calls = s.layers * s.decode_len
     return {"ffn": (lambda: module.ffn_joint(q), calls),
             "mixture": (lambda: module.mixture_attention(ffn_out, geometry, ctx, details=False), calls),
             "attend": (lambda: module.attend(q, k, v, keep, ctx), calls),
             "sdpa": (lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask), calls)}
 
 
-def shares(args, reference, parts: dict, rounds: int, desc: str) -> dict:
+def shares(s: BenchSettings, reference, parts: dict, rounds: int, desc: str) -> dict:
     """Median over interleaved rounds of (time of a part's calls) / (time of ``reference()``) in the same round."""
     for fn in [reference] + [fn for fn, _ in parts.values()]:
         fn()  # warm-up
@@ -127,9 +131,9 @@ def shares(args, reference, parts: dict, rounds: int, desc: str) -> dict:
 
     times = {"reference": []} | {name: [] for name in parts}
     for _ in tqdm(range(rounds), desc=desc):
-        times["reference"].append(B.timed(args, reference))  # (synchronises the device, as the benchmark does)
+        times["reference"].append(timed(s.device, reference))  # (synchronises the device, as the benchmark does)
         for name, (fn, calls) in parts.items():
-            times[name].append(B.timed(args, repeated, fn, calls))
+            times[name].append(timed(s.device, repeated, fn, calls))
     ratio = {name: [t / r for t, r in zip(times[name], times["reference"])] for name in parts}
     ratio["attend - sdpa"] = [a - s for a, s in zip(ratio["attend"], ratio["sdpa"])]
     return {"reference_median_s": statistics.median(times["reference"]),
@@ -158,24 +162,24 @@ def main(argv=None):
     ours, rest = p.parse_known_args(argv)
     if ours.rounds < 1:
         p.error(f"--rounds {ours.rounds}: need at least 1 round, e.g. 15")
-    args = B.parse_args(["--presets", ours.preset, *rest])  # the benchmark's sizes and batches (--base, --d-model, ...)
+    # the benchmark's sizes and batches (--base, --d-model, ...)
+    s = benchmark.bench_settings(benchmark.parse_args(["--presets", ours.preset, *rest]))
     if hf_attn.PRESETS[ours.preset].overrides.get("cross_attention") != "gmm":
         p.error(f"--preset {ours.preset!r} does not use GMM cross-attention; pick one of "
                 f"{sorted(n for n in hf_attn.PRESETS if n.startswith('gmm'))}")
-    torch.set_num_threads(args.threads)
-    stock, stock_opt = B.build_stock(args)
-    model, _ = B.build(args, ours.preset)
-    train_batch = B.make_batch(args, args.batch, args.src_len, args.tgt_len)
-    decode_batch = B.make_batch(args, args.decode_batch, args.decode_src_len)
-    train = shares(args, lambda: B.train_step(stock, stock_opt, train_batch), training_parts(args, model, train_batch),
+    torch.set_num_threads(s.threads)
+    stock, stock_opt = build_reference(s, build_preset(s, "softmax")[0])
+    model, _ = build_preset(s, ours.preset)
+    train_inputs, decode_inputs = train_batch(s), decode_batch(s)
+    train = shares(s, lambda: train_step(stock, stock_opt, train_inputs), training_parts(s, model, train_inputs),
                    ours.rounds, "training parts")
     with torch.no_grad():
-        decode = shares(args, lambda: B.decode(args, stock, decode_batch), decoding_parts(args, model, decode_batch),
-                        ours.rounds, "decoding parts")
+        decoding = shares(s, lambda: decode(stock, decode_inputs, s.beams, s.decode_len),
+                          decoding_parts(s, model, decode_inputs), ours.rounds, "decoding parts")
     settings = {"command": "python scripts/gmm_budget.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                "preset": ours.preset, "rounds": ours.rounds, "base": args.base, "d_model": args.d_model,
-                "layers": args.layers, "heads": args.heads, "threads": args.threads, "torch": torch.__version__}
-    result = {"settings": settings, "train": train, "decode": decode}
+                "preset": ours.preset, "rounds": ours.rounds, "base": s.base, "d_model": s.d_model,
+                "layers": s.layers, "heads": s.heads, "threads": s.threads, "torch": torch.__version__}
+    result = {"settings": settings, "train": train, "decode": decoding}
     print(render(result))
     if ours.output:
         write_json(Path(ours.output), result)

@@ -1,10 +1,10 @@
-"""scripts/benchmark.py: ratios against stock transformers SDPA and hf-attn softmax measured in one run, --long mode
-with its plot, and the README block generated from the JSON."""
+"""scripts/benchmark.py end to end on tiny models: ratios against stock transformers SDPA and hf-attn softmax measured
+in one run, --long mode with its plot, --profile, --compile, the README block generated from the JSON, and its flag
+checks; scripts/gmm_budget.py on the benchmark's settings. The parts: tests/test_bench.py."""
 
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +13,11 @@ import pytest
 import torch
 from conftest import load_script
 
+from hf_attn.bench.render import BENCHMARK_MARKERS
+from hf_attn.bench.results import BenchSettings
+
 ROOT = Path(__file__).resolve().parents[1]
+START, END = BENCHMARK_MARKERS
 TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "50", "--repeats", "1"]
 
 
@@ -78,22 +82,6 @@ def test_sentence_level_both_reference_columns(sentence_json):
         assert f"{share:.0%} of its {kind} time" in table and f"{1 / (1 - share):.2f}x" in table
 
 
-def test_stock_model_holds_the_softmax_weights(bench):
-    """The reference does the same work as hf-attn softmax: same weights, same logits, same beam search (both
-    bases), on a batch with padded rows."""
-    for base in ("marian", "bart"):
-        args = bench.parse_args(["--base", base, *SENTENCE])
-        ours = bench.build(args, "softmax")[0].eval()
-        stock = bench.build_stock(args, ours)[0].eval()
-        assert stock.config._attn_implementation == "sdpa" and type(stock).__name__ in ("MarianMTModel", "BartForConditionalGeneration")
-        batch = bench.make_batch(args, 4, 6, 5)
-        assert (batch["attention_mask"] == 0).any() and (batch["labels"] == -100).any()
-        with torch.no_grad():
-            torch.testing.assert_close(ours(**batch).logits, stock(**batch).logits, rtol=1e-5, atol=1e-5)
-        dec = bench.make_batch(args, 2, 5)
-        assert torch.equal(bench.decode(args, ours, dec), bench.decode(args, stock, dec))
-
-
 def test_bart_base(bench, tmp_path):
     out = tmp_path / "bart.json"
     run_main(bench, ["--base", "bart", "--presets", "ran-d", *SENTENCE, "--no-memory", "--output", str(out)])
@@ -116,19 +104,14 @@ def test_long_mode_rows_memory_and_plot(long_json):
     assert "| 24 | softmax |" in long_json.with_suffix(".md").read_text()
 
 
-def test_long_mode_memory_in_a_fresh_process(bench):
-    """What --long runs per (model, length) unless --no-memory (one pair here: each process imports torch)."""
-    assert bench.memory_in_subprocess(bench.STOCK, LONG, 24) > 0
-
-
 def test_readme_block_is_replaced_exactly(bench, sentence_json, long_json, tmp_path):
     readme = tmp_path / "README.md"
     before, after = "# Title\n\n## Speed\n\nintro\n\n", "\n\n## Next\n\ntext <!-- not a marker -->\n"
-    readme.write_text(before + bench.README_START + "\nold hand-typed table 0.93x\n" + bench.README_END + after)
+    readme.write_text(before + START + "\nold hand-typed table 0.93x\n" + END + after)
     run_main(bench, ["--readme", str(readme), "--from", str(sentence_json), str(long_json)])
     text = readme.read_text()
-    assert text.startswith(before + bench.README_START + "\n") and text.endswith(bench.README_END + after)
-    block = text[len(before) + len(bench.README_START): -len(bench.README_END + after)]
+    assert text.startswith(before + START + "\n") and text.endswith(END + after)
+    block = text[len(before) + len(START): -len(END + after)]
     assert "old hand-typed table" not in block and block.count("```bash") == 2
     assert "| rela-g |" in block and "train vs stock SDPA" in block and "train vs hf-attn softmax" in block
     assert "| 24 | softmax |" in block
@@ -147,11 +130,6 @@ def test_readme_without_markers_is_one_clear_error(bench, sentence_json, tmp_pat
         run_main(bench, ["--readme", str(readme), "--from", str(readme)])
 
 
-def test_project_readme_has_one_generated_block(bench):
-    text = (ROOT / "README.md").read_text()
-    assert text.count(bench.README_START) == 1 and text.count(bench.README_END) == 1
-
-
 def test_rejects_unknown_preset():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--presets", "nope"], capture_output=True, text=True
@@ -159,18 +137,18 @@ def test_rejects_unknown_preset():
     assert proc.returncode == 2 and "unknown preset 'nope'" in proc.stderr
 
 
+def test_flags_default_to_the_package_settings(bench):
+    """The script's defaults are `BenchSettings`'s: the README's setting, whichever way a run is started."""
+    assert bench.bench_settings(bench.parse_args(["--device", "cpu"])) == BenchSettings()
+    s = bench.bench_settings(bench.parse_args(["--presets", "gmm,softmax", "--long", "8,16", "--no-decode"]))
+    assert s.presets == ("softmax", "gmm") and s.long == (8, 16) and s.calls == ("train",)
+
+
 def test_rejects_bad_lengths(bench, capsys):
     for bad in ("128,x", "1"):
         with pytest.raises(SystemExit) as e:
             bench.parse_args(["--long", bad])
         assert e.value.code == 2 and "--long" in capsys.readouterr().err
-
-
-def test_rounds_rotate_the_order(bench):
-    """Every model runs first in some round (no fixed position in the interleaving)."""
-    args = bench.parse_args(["--repeats", "4", "--presets", "rela-g,ran-d"])
-    orders = [[name for name, _ in order] for order in bench.rounds(args, [("a", 1), ("b", 2), ("c", 3)], "test")]
-    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
 
 
 def test_profile_tables_say_where_the_time_goes(bench, tmp_path):
@@ -192,49 +170,6 @@ def test_profile_tables_say_where_the_time_goes(bench, tmp_path):
     long_out = tmp_path / "long_profile.json"
     run_main(bench, [*LONG, "--no-memory", "--profile", "--output", str(long_out)])
     assert "| softmax (L=24) | fwd_bwd |" in long_out.with_suffix(".md").read_text()
-
-
-def test_extra_time_against_stock(bench):
-    stock = {"wall_s": 1.0, "op_s": 0.8, "ops": {"aten::addmm": 0.5, "aten::_sdpa": 0.3}}
-    prof = {"wall_s": 1.5, "op_s": 1.1, "ops": {"aten::addmm": 0.5, "aten::relu": 0.2, "aten::bmm": 0.4}}
-    d = bench.extra_time(stock, prof)
-    assert d["wall_s"] == pytest.approx(0.5) and d["op_s"] == pytest.approx(0.3)
-    assert d["outside_s"] == pytest.approx(0.2)  # 0.4 outside the ops against stock's 0.2
-    assert [op for op, _ in d["top"]] == ["aten::bmm", "aten::relu"]  # only ops that cost more, largest first
-    assert bench.attention_share({"op_s": 0.8, "ops": {"aten::scaled_dot_product_attention": 0.2}}) == 0.25
-    assert bench.attention_share({"op_s": 0.8, "ops": {}, "attention_s": 0.08}) == pytest.approx(0.1)
-
-
-def test_attention_share_counts_sdpa_below_the_kept_operators(bench):
-    """The SDPA time comes from every profiled event: an SDPA call under the table's cut (here 50%) still counts."""
-    args = bench.parse_args(["--device", "cpu"])
-    big, q = torch.randn(400, 400), torch.randn(1, 1, 2, 4)
-
-    def work():
-        for _ in range(10):
-            big @ big
-        torch.nn.functional.scaled_dot_product_attention(q, q, q)
-
-    work()  # warm: the first SDPA call costs more
-    prof = bench.op_profile(args, work, calls=1, cut=0.5)
-    assert list(prof["ops"]) == ["aten::mm"]  # the only operator over the cut
-    assert 0 < prof["attention_s"] and 0 < bench.attention_share(prof) < 0.5
-
-
-def test_ratio_quartiles_show_the_rounds_scatter(bench):
-    """The table gives the quartiles of the per-round ratios beside the median (the machine's noise, visible)."""
-    times = {bench.STOCK: [1.0, 1.0, 1.0, 1.0, 1.0], "rela-g": [1.0, 1.25, 1.0 / 0.9, 1.0 / 1.1, 2.0]}
-    q1, q3 = bench.ratio_quartiles(times, "rela-g")
-    assert (q1, q3) == pytest.approx((0.8, 1.0))  # ratios 0.5, 0.8, 0.9, 1.0, 1.1
-    assert bench.ratio_quartiles({bench.STOCK: [1.0], "rela-g": [1.0]}, "rela-g") is None
-    s = {"base": "marian", "d_model": 8, "layers": 1, "heads": 2, "ffn": 16, "vocab": 20, "batch": 2, "src_len": 3,
-         "tgt_len": 3, "pad_fraction": 0.0, "decode_batch": 2, "decode_src_len": 3, "beams": 2, "decode_len": 3,
-         "repeats": 5, "device_name": "CPU", "threads": 1, "torch": "x", "no_decode": True}
-    rows = [{"preset": p, "train_ratio_vs_stock": 1.0 if p == bench.STOCK else 0.9, "train_ratio_vs_softmax": 1.0,
-             "train_median_s": 1.0} for p in (bench.STOCK, "rela-g")]
-    table = bench.render_table(s, rows, {"train": times})
-    assert "| rela-g | 0.90x (0.80-1.00) |" in table and "| stock-sdpa | 1.00x |" in table
-    assert "(0." not in bench.render_table(s, rows)  # results without their times: the medians alone
 
 
 def test_gmm_budget_gives_shares_of_stock_time(tmp_path):
@@ -313,16 +248,3 @@ def test_compile_option_errors(bench, capsys):
     assert bench.parse_args(["--compile", "--presets", "gmm"]).compile == "inductor"
 
 
-def test_recompile_limit_hits_are_reported(bench):
-    """A function over dynamo's recompile limit runs eagerly from then on: the compiled table says so."""
-    hits = bench.RecompileLimitHits()
-    logging.getLogger("torch._dynamo.convert_frame").warning(
-        "torch._dynamo hit config.%s (%s)\n   function: 'forward' (x.py:1)\n   last reason: ...", "recompile_limit", 8)
-    logging.getLogger("torch._dynamo.convert_frame").warning("something else")
-    found = hits.detach()
-    assert found == ["torch._dynamo hit config.recompile_limit (8)    function: 'forward' (x.py:1)"]
-    settings = {**vars(bench.parse_args(SENTENCE)), "torch": "x", "device_name": "cpu", "compile": "inductor"}
-    rows = [{"preset": "stock-sdpa", "train_median_s": 1.0, "train_ratio_vs_stock": 1.0, "train_ratio_vs_softmax": 1.0,
-             "decode_median_s": 1.0, "decode_ratio_vs_stock": 1.0, "decode_ratio_vs_softmax": 1.0}]
-    table = bench.render_table(settings, rows, None, found)
-    assert "WARNING: dynamo hit its recompile limit 1 time(s)" in table and "'forward' (x.py:1)" in table

@@ -44,7 +44,7 @@ def test_train_writes_a_hub_ready_directory(trained):
     r = json.loads((trained / "results.json").read_text())
     assert r["train_steps"] == 6 and r["test_sentences"] == 8 and r["num_beams"] == 2
     assert 0 <= r["bleu"] <= 100 and 0 < r["chrf"] <= 100 and r["tokens_per_second"] > 0 and r["peak_rss_mib"] > 0
-    assert r["device"].endswith("malloc keeps freed memory") == sys.platform.startswith("linux")  # cpu_memory.py
+    assert r["device"].endswith("malloc keeps freed memory") == sys.platform.startswith("linux")  # bench/memory.py
     assert r["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
     assert r["sizes"]["train"] <= 200 and r["data"]["source_code"] == "e" and r["data"]["target_code"] == "4"
     assert r["attention_layout"] == {"encoder": ["rela"], "decoder": ["rela"], "cross": ["rela"]}

@@ -1,6 +1,7 @@
 """torch.compile: a compiled training step and compiled generation give the eager results on a tiny model
-(scripts/check_compile.py runs the same checks over every preset, with timings), and a training step compiles into
-one graph (fullgraph=True) where the README says so."""
+(scripts/check_compile.py, run end to end here, runs the same checks over every preset, with timings), and a
+training step compiles into one graph (fullgraph=True) where the README says so. The comparisons themselves:
+tests/test_bench.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import json
 import pytest
 import torch
 from conftest import load_script
+
+from hf_attn.bench import compile_check
+from hf_attn.bench.render import COMPILE_CHECKS, COMPILE_MARKERS, compile_reasons
 
 # tiny model; chunk 4 sends ReLA and ReLUFormer through the block-wise path (attention_blockwise.py)
 TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "50", "--batch", "3",
@@ -51,25 +55,9 @@ def results(check, tmp_path_factory):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_compiled_training_and_generation_equal_eager(check, results, name):
     (row,) = json.loads(results[name].read_text())["rows"]
-    statuses = {c: row[c]["status"] for c in check.CHECKS}
-    assert statuses == {"train": "ok", "greedy": "ok", "beam": "skipped", "updated": "ok"}, check._reason(row)
+    statuses = {c: row[c]["status"] for c in COMPILE_CHECKS}
+    assert statuses == {"train": "ok", "greedy": "ok", "beam": "skipped", "updated": "ok"}, compile_reasons(row)
     assert row["train"]["max_rel_error"] <= 1e-4
-
-
-def test_a_wrong_gradient_or_token_is_a_mismatch(check):
-    """The comparisons are not vacuous: one changed gradient entry, or one changed token, is reported."""
-    grads = {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([1e-14])}
-    assert check.compare_train((3.0, grads), (3.0, dict(grads)), 1e-4)["status"] == "ok"
-    assert check.compare_train((3.0, grads), (3.0, {**grads, "b": torch.tensor([2e-14])}), 1e-4)["status"] == "ok"
-    bad = check.compare_train((3.0, grads), (3.0, {**grads, "w": torch.tensor([1.0, -2.001])}), 1e-4)
-    assert bad["status"] == "mismatch" and bad["worst"] == "w"
-    assert check.compare_train((3.0, grads), (3.0, {"w": grads["w"]}), 1e-4)["status"] == "mismatch"
-    assert check.compare_train((3.0, grads), (float("nan"), grads), 1e-4)["status"] == "mismatch"
-    ids = torch.tensor([[1, 5, 6, 2], [1, 7, 2, 1]])
-    assert check.compare_ids(ids, ids.clone()) == {"status": "ok"}
-    other = ids.clone()
-    other[1, 2] = 9
-    assert check.compare_ids(ids, other) == {"status": "mismatch", "reason": "row 1: [1, 7, 2, 1] vs [1, 7, 9, 1]"}
 
 
 def test_readme_block_and_json(check, results, tmp_path):
@@ -79,10 +67,10 @@ def test_readme_block_and_json(check, results, tmp_path):
     assert result["settings"]["overrides"] == {"encoder_attention": "rela", "decoder_attention": "recurrent"}
     readme = tmp_path / "README.md"
     before, after = "# T\n\n", "\n\n## Next\n"
-    readme.write_text(before + check.README_START + "\nold\n" + check.README_END + after)
+    readme.write_text(before + COMPILE_MARKERS[0] + "\nold\n" + COMPILE_MARKERS[1] + after)
     check.main(["--readme", str(readme), "--from", str(path), "--no-timings"])
     text = readme.read_text()
-    assert text.startswith(before + check.README_START) and text.endswith(check.README_END + after)
+    assert text.startswith(before + COMPILE_MARKERS[0]) and text.endswith(COMPILE_MARKERS[1] + after)
     assert "old" not in text and "| gmm-synthesis | ok | ok | ok | skipped | ok |" in text and "speedup" not in text
     assert "encoder_attention=rela, decoder_attention=recurrent" in text
     check.main(["--readme", str(readme), "--from", str(path)])  # a --repeats 0 run shows no timing columns
@@ -107,19 +95,28 @@ FULLGRAPH = {
 }
 
 
+def test_flags_become_the_package_settings(check):
+    s = check.check_settings(check.parse_args([*TINY, *BACKEND, "--set", "gmm_gate_init=0.5", "--note", "busy"]))
+    assert s == compile_check.CompileCheckSettings(
+        base="marian", backend="aot_eager", checks=("train", "greedy", "updated"), overrides={"gmm_gate_init": 0.5},
+        chunk=4, d_model=16, layers=1, heads=2, ffn=32, vocab=50, batch=3, src_len=7, tgt_len=6, decode_len=4, beams=2,
+        repeats=0, threads=1, note="busy")
+    assert check.check_settings(check.parse_args([])) == compile_check.CompileCheckSettings()
+
+
 @pytest.mark.parametrize("preset", list(FULLGRAPH))
 def test_fullgraph_training_step(check, preset):
     """The mask function's host check (is anything padded?) and a cached property's lock once broke every graph."""
-    args = check.parse_args(TINY)
-    sizes = {**check.model_sizes(args), **FULLGRAPH[preset]}
-    model = check.build("marian", preset, **sizes)
-    batch = check.make_batch(args.vocab, args.batch, args.src_len, args.tgt_len)
+    s = compile_check.CompileCheckSettings(d_model=16, layers=1, heads=2, ffn=32, vocab=50, batch=3, src_len=7,
+                                           tgt_len=6, decode_len=4, chunk=4, overrides=FULLGRAPH[preset])
+    model = compile_check.build_model(s, preset)
+    batch = compile_check.make_batch(s)
     assert (batch["attention_mask"] == 0).any()
-    want = check.train_step(model, batch)
+    want = compile_check.train_step(model, batch)
     torch._dynamo.reset()
     model.compile(backend="eager", fullgraph=True)
-    got = check.train_step(model, batch)
-    assert check.compare_train(want, got, 1e-5)["status"] == "ok"
+    got = compile_check.train_step(model, batch)
+    assert compile_check.compare_train(want, got, 1e-5)["status"] == "ok"
 
 
 def test_a_later_run_supersedes_an_earlier_runs_rows(check, results, tmp_path):
@@ -130,7 +127,7 @@ def test_a_later_run_supersedes_an_earlier_runs_rows(check, results, tmp_path):
     later = tmp_path / "later.json"
     later.write_text(json.dumps(again))
     readme = tmp_path / "README.md"
-    readme.write_text(check.README_START + "\n" + check.README_END + "\n")
+    readme.write_text(COMPILE_MARKERS[0] + "\n" + COMPILE_MARKERS[1] + "\n")
     check.main(["--readme", str(readme), "--from", str(path), str(later), "--no-timings"])
     text = readme.read_text()
     assert text.count("| gmm-synthesis |") == 1 and "Note: re-checked" in text

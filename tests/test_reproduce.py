@@ -255,25 +255,31 @@ def test_loss_gap_says_where_the_validation_losses_part():
 
 def test_decoding_speed_claim_is_judged_on_the_benchmark(tmp_path):
     """RAN's speed claim reads `scripts/benchmark.py`'s interleaved ratios (results/benchmark/*.json), not the test
-    decoding speed of two runs timed beside other work; --long results are not sentence-level and are left out, and
-    --compile results (every model compiled) too."""
+    decoding speed of two runs timed beside other work; --long results are not sentence-level and are left out,
+    --compile results (every model compiled) too, and JSON that is no benchmark result (the GMM budget's)."""
+    from hf_attn.bench.results import BenchmarkResult, BenchSettings, CallTiming, LongRow, SentenceRow
     from hf_attn.reproduce.claims import claims_section
 
-    def bench(ran_all, long=None):
-        rows = [{"preset": "stock-sdpa", "decode_ratio_vs_stock": 1.0, "decode_ratio_vs_softmax": 1.01,
-                 "decode_attention_share": 0.09},
-                {"preset": "ran-all", "decode_ratio_vs_stock": ran_all, "decode_ratio_vs_softmax": ran_all + 0.06},
-                {"preset": "ran-d", "decode_ratio_vs_stock": 1.04, "decode_ratio_vs_softmax": 1.13}]
-        return {"settings": {"beams": 4, "decode_batch": 16, "decode_len": 24, "repeats": 9, "long": long},
-                "rows": rows}
+    def sentence_row(preset, vs_stock, vs_softmax, share=None):
+        decode = CallTiming(0.5, vs_stock, vs_softmax, attention_share=share)
+        return SentenceRow(preset, {"train": CallTiming(1.0, 1.0, 1.0), "decode": decode}, params=100)
+
+    def bench(ran_all, long=None, compile=None):
+        settings = BenchSettings(presets=("softmax", "ran-all", "ran-d"), beams=4, decode_batch=16, decode_len=24,
+                                 repeats=9, long=long, compile=compile, no_memory=True)
+        rows = (sentence_row("stock-sdpa", 1.0, 1.01, share=0.09), sentence_row("ran-all", ran_all, ran_all + 0.06),
+                sentence_row("ran-d", 1.04, 1.13))
+        long_rows = tuple(LongRow(n, "ran-all", CallTiming(1.0, ran_all, 1.0), 10.0, None) for n in long or ())
+        result = BenchmarkResult(settings, "python scripts/benchmark.py", "2", "CPU", rows=() if long else rows,
+                                 long_rows=long_rows, times={})
+        return result.to_json()
 
     (tmp_path / "benchmark").mkdir()
-    compiled = bench(1.5)
-    compiled["settings"]["compile"] = "inductor"
-    for name, result in {"marian.json": bench(1.02), "bart.json": bench(1.21), "long.json": bench(2.0, [512]),
-                         "marian_compiled.json": compiled}.items():
+    for name, result in {"marian.json": bench(1.02), "bart.json": bench(1.21), "long.json": bench(2.0, (512,)),
+                         "marian_compiled.json": bench(1.5, compile="inductor")}.items():
         (tmp_path / "benchmark" / name).write_text(json.dumps(result))
     (tmp_path / "benchmark" / "marian.md").write_text("| table |")
+    (tmp_path / "benchmark" / "gmm_budget.json").write_text(json.dumps({"settings": {"preset": "gmm"}, "train": {}}))
     benchmarks = rep.load_benchmarks(tmp_path)
     assert sorted(benchmarks) == ["benchmark/bart.json", "benchmark/marian.json"]
     md, rows = claims_section([], {}, benchmarks)

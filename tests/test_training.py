@@ -247,7 +247,7 @@ def test_softmax_reference_comes_from_a_matching_reproduce_record(monkeypatch, t
 
 FAULTS_PER_STEP = """
 import resource, sys, torch
-from hf_attn.training.cpu_memory import keep_freed_memory
+from hf_attn.bench.memory import keep_freed_memory
 print(keep_freed_memory())
 for _ in range(2):  # a training step's large tensors: allocated, written, freed
     torch.ones(16 * 2**20).sum()
@@ -276,7 +276,7 @@ def test_cpu_training_reuses_freed_memory_without_page_faults():
 BIG_PARENT = """
 import subprocess, sys
 big = bytearray(2 * 2**30)  # 2 GiB, every page touched: the parent's RSS
-child = "import resource; from hf_attn.training.cpu_memory import peak_rss_mib; " \\
+child = "import resource; from hf_attn.bench.memory import peak_rss_mib; " \\
         "print(peak_rss_mib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
 print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout)
 """

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
+from ..bench.results import STOCK, BenchmarkResult, BenchSettings, SentenceRow
 from .seeds import MIN_SEEDS, complete, group_name, group_records, group_title, p_text, seed_delta
 
 
@@ -34,11 +35,11 @@ class Claim:
     criterion: str
     presets: tuple  # the runs it needs in one group
     check: Callable  # a `SeedDelta`; or (runs: {preset: `mean_record`}) -> (holds: bool, what we see: str);
-    # a benchmark claim's: (rows: {preset: benchmark row}, settings) -> the same
+    # a benchmark claim's: (rows: {preset: `SentenceRow`}, `BenchSettings`) -> the same
     explanation: str  # our best explanation where it does not hold
     judges_failed_runs: bool = False  # the claim is about divergence: a failed run is evidence, not a gap
     trend: str | None = None  # a preset whose validation-loss gap and ΔBLEU against softmax the explanation traces
-    benchmark: bool = False  # judged on `scripts/benchmark.py` results ({preset: row}, settings), not on the runs
+    benchmark: bool = False  # judged on `scripts/benchmark.py` results (`BenchmarkResult`), not on the runs
     experiments: tuple = ()  # ids of the "Recipe sensitivity" experiments that test the explanation
 
     @property
@@ -166,17 +167,18 @@ def _mask_concentrates(runs):
 
 
 def _faster_decoding(name, also=(), margin=0.05):
-    """From a `scripts/benchmark.py` result (``rows``: {preset: row}, ``settings``): ``name`` decodes more than
-    ``margin`` (the benchmark's noise) faster than stock transformers with SDPA, median of interleaved rounds."""
-    def check(rows, settings):
+    """From a `scripts/benchmark.py` result (``rows``: {preset: `SentenceRow`}, its `BenchSettings`): ``name``
+    decodes more than ``margin`` (the benchmark's noise) faster than stock transformers with SDPA, median of
+    interleaved rounds."""
+    def check(rows: dict[str, SentenceRow], settings: BenchSettings):
         shown = [rows[p] for p in (name, *also) if p in rows]
-        seen = ", ".join(f"`{r['preset']}` {r['decode_ratio_vs_stock']:.2f}x" for r in shown)
-        soft = " / ".join(f"{r['decode_ratio_vs_softmax']:.2f}x" for r in shown)
-        share = rows.get("stock-sdpa", {}).get("decode_attention_share")
-        return rows[name]["decode_ratio_vs_stock"] > 1 + margin, (
+        seen = ", ".join(f"`{r.preset}` {r.calls['decode'].ratio_vs_stock:.2f}x" for r in shown)
+        soft = " / ".join(f"{r.calls['decode'].ratio_vs_softmax:.2f}x" for r in shown)
+        share = rows[STOCK].calls["decode"].attention_share if STOCK in rows else None
+        return rows[name].calls["decode"].ratio_vs_stock > 1 + margin, (
             f"{seen} stock SDPA's decoding speed ({soft} hf-attn softmax's); beam "
-            f"{settings['beams']}, {settings['decode_batch']} x {settings['decode_len']} tokens, median of "
-            f"{settings['repeats']} interleaved rounds"
+            f"{settings.beams}, {settings.decode_batch} x {settings.decode_len} tokens, median of "
+            f"{settings.repeats} interleaved rounds"
             + (f"; stock spends {share:.0%} of a decoding call in SDPA" if share is not None else ""))
     return check
 
@@ -380,16 +382,16 @@ def _judge_pooled(c: Claim, runs: dict) -> dict | None:
     return {"holds": bool(holds), "verdict": "holds" if holds else "does not hold", "observed": what + seeds}
 
 
-def judge(c: Claim, groups: dict, benchmarks: dict, seed_cmp=None) -> list[dict]:
+def judge(c: Claim, groups: dict, benchmarks: dict[str, BenchmarkResult], seed_cmp=None) -> list[dict]:
     """Where ``c`` can be judged, whether it holds (None: not enough seeds) and what we see: per group of runs
     (`seeds.group_records`), or per benchmark result. ``seed_cmp(a_records, b_records)``: `seeds.seed_bootstrap`
     of two presets' runs, for the comparative claims."""
     seen = []
     if c.benchmark:
         for label, result in sorted(benchmarks.items()):
-            rows = {r["preset"]: r for r in result["rows"]}
-            if all(p in rows and "decode_ratio_vs_stock" in rows[p] for p in c.presets):
-                holds, what = c.check(rows, result["settings"])
+            rows = {r.preset: r for r in result.rows}
+            if all(p in rows and "decode" in rows[p].calls for p in c.presets):
+                holds, what = c.check(rows, result.settings)
                 seen.append({"setup": label, "holds": bool(holds), "verdict": "holds" if holds else "does not hold",
                              "observed": what})
         return seen
@@ -418,10 +420,11 @@ def _explanation(c: Claim, records: list[dict], sig: dict, experiment_ids) -> st
     return " ".join(f"{c.explanation} {trend}".split()) + (f" See {', '.join(links)}." if links else "")
 
 
-def claims_section(records: list[dict], sig: dict, benchmarks: dict | None = None, seed_cmp=None,
-                   experiment_ids=()) -> tuple[list[str], list[dict]]:
+def claims_section(records: list[dict], sig: dict, benchmarks: dict[str, BenchmarkResult] | None = None,
+                   seed_cmp=None, experiment_ids=()) -> tuple[list[str], list[dict]]:
     """The claims table and its explanations. ``sig``: the per-seed paired bootstraps (for the budget trends);
-    ``benchmarks``: {label: a `scripts/benchmark.py` result} for the speed claims; ``seed_cmp``: see `judge`;
+    ``benchmarks``: {label: a `scripts/benchmark.py` result (`bench.results.load_result`)} for the speed claims;
+    ``seed_cmp``: see `judge`;
     ``experiment_ids``: the "Recipe sensitivity" experiments in the report, linked from the explanations."""
     groups = group_records(records)
     rows, md = [], ["## What the papers claim, and what we see", "",

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.common import bucket_labels, bucket_of, pyplot, save_figure, words
+from ..bench.results import BenchmarkResult, NotABenchmarkResult, load_result
 from ..errors import HfAttnInputError
 from ..io_utils import dumps_strict, replace_marked_block
 from .claims import claims_section, delta_ci
@@ -609,19 +610,18 @@ def plot_attention_stats(runs: list[dict], path: Path, title: str) -> Path:
 
 
 # -------------------------------------------------------------------------------------------------- the report
-def load_benchmarks(output_dir: Path) -> dict:
+def load_benchmarks(output_dir: Path) -> dict[str, BenchmarkResult]:
     """{"benchmark/<file>": result} for the sentence-level `scripts/benchmark.py` results (JSON) in
     ``output_dir/benchmark``: controlled speed ratios for the speed claims (``--long`` results, and ``--compile``
-    ones, where every model runs compiled, are left out: the claims are judged on the models as they run eagerly)."""
+    ones, where every model runs compiled, are left out: the claims are judged on the models as they run eagerly;
+    files that are not benchmark results, such as ``gmm_budget.json``, are skipped)."""
     found = {}
     for path in sorted(Path(output_dir, "benchmark").glob("*.json")):
         try:
-            result = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            result = load_result(path)
+        except NotABenchmarkResult:
             continue
-        settings = result.get("settings") if isinstance(result, dict) else None
-        if isinstance(settings, dict) and not settings.get("long") and not settings.get("compile") \
-                and isinstance(result.get("rows"), list):
+        if not result.is_long and not result.settings.compile:
             found[f"benchmark/{path.name}"] = result
     return found
 

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from ..errors import HfAttnInputError, HfAttnPreempted
 from ..io_utils import ensure_writable_dir, write_json
 from ..rundir import read_run_args
-from .cpu_memory import keep_freed_memory, peak_rss_mib
+from ..bench.memory import keep_freed_memory, peak_rss_mib
 from .cards import trainable_parameters
 from .trainer import StopOnSignalCallback
 
@@ -501,7 +501,7 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     check_cache_dir(hargs, trains_tokenizer=not (hargs.tokenizer_name or hargs.init_from or (
         hargs.resume and (out_dir / "tokenizer_config.json").is_file())))
     set_seed(targs.seed)
-    kept_memory = str(targs.device) == "cpu" and keep_freed_memory()  # no page faults per step (cpu_memory.py)
+    kept_memory = str(targs.device) == "cpu" and keep_freed_memory()  # no page faults per step (bench/memory.py)
     base = hargs.base
 
     # ---------------------------------------------------------------------------------------------- data

@@ -1,4 +1,7 @@
-"""CPU training without a page fault per tensor: glibc's malloc keeps the memory a step frees, for the next step.
+"""Memory of this process: its peak resident memory, the peak growth while a function runs (CPU or CUDA), and
+CPU training without a page fault per tensor.
+
+`keep_freed_memory`: glibc's malloc keeps the memory a step frees, for the next step.
 
 glibc serves every allocation above its mmap threshold (32 MiB at most) with fresh pages from the kernel and hands
 them back on free. A training step of the default model allocates its logits and their gradients anew
@@ -12,8 +15,11 @@ lengths). ``HF_ATTN_MALLOC=system`` keeps glibc's defaults.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import platform
+
+import torch
 
 try:
     import resource  # POSIX only
@@ -59,3 +65,41 @@ def peak_rss_mib() -> int | None:
     if peak is not None:
         return peak // 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 if resource else None
+
+
+def cpu_peak_growth_mib(fn, *a) -> float:
+    """Peak RSS growth (MiB) while running ``fn(*a)``.
+
+    ``ru_maxrss`` alone is wrong in a subprocess: Linux carries the parent's RSS at fork into the child's maxrss
+    across exec, so a child of a big parent reports 0 growth. On Linux the peak (VmHWM) is reset first through
+    /proc/self/clear_refs; elsewhere ``ru_maxrss`` is the fallback.
+    """
+    gc.collect()
+    try:  # hand freed heap memory back first (e.g. the reference model the stock one copied its weights from)
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+        before = proc_status_kib("VmRSS")
+    except OSError:
+        before = None
+    if before is not None:
+        fn(*a)
+        peak = proc_status_kib("VmHWM")
+        return max(0, peak - before) / 1024
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fn(*a)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+
+
+def peak_growth_mib(device: str, fn, *a) -> float:
+    """Peak memory growth (MiB) while running ``fn(*a)`` on ``device``: allocated CUDA memory on a GPU, else the
+    process's RSS (`cpu_peak_growth_mib`)."""
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn(*a)
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
+    return cpu_peak_growth_mib(fn, *a)
