@@ -75,7 +75,7 @@ def tiny_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, seed: int = 1
 
 def attention_context(output_attentions: bool = False, **fields):
     """An `AttentionContext` for calling a module's ``attend`` directly (no cache, no forward state)."""
-    from hf_attn.modeling.attention_base import AttentionContext
+    from hf_attn.modeling.forward_state import AttentionContext
 
     defaults = dict(hidden_states=None, key_value_states=None, past=0, cache=None, state=None)
     return AttentionContext(output_attentions=output_attentions, **{**defaults, **fields})

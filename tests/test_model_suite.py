@@ -40,7 +40,8 @@ from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder
 from transformers.models.marian.modeling_marian import MarianDecoder, MarianEncoder
 
 import hf_attn
-from hf_attn.modeling.attention_base import HfAttnCache, HfAttnConfigError
+from hf_attn.modeling.cache import HfAttnCache
+from hf_attn.modeling.hyperparameters import HfAttnConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
 

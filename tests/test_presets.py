@@ -11,12 +11,14 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import tiny_batch, tiny_model
 
 import hf_attn
+import hf_attn.modeling
 
 BASES = ("marian", "bart")
 PRESET_NAMES = sorted(hf_attn.PRESETS)
@@ -165,7 +167,10 @@ def test_hub_format_roundtrip_in_fresh_process(fresh_process_logits, base, prese
     d = root / f"{base}-{preset}"
     files = {p.name for p in d.iterdir()}
     assert "model.safetensors" in files and "pytorch_model.bin" not in files
-    assert {"configuration_hf_attn.py", "modeling_hf_attn.py", "attention_base.py", "registry.py"} <= files
+    # every modeling file ships (the modules attention_base.py was split into included), flat beside config.json
+    modeling = {p.name for p in Path(hf_attn.modeling.__file__).parent.glob("*.py")} - {"__init__.py"}
+    assert {"configuration_hf_attn.py", "modeling_hf_attn.py", "attention_base.py", "masking.py", "cache.py"} <= modeling
+    assert modeling <= files
     config = json.loads((d / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"].endswith("ForConditionalGeneration") or config["auto_map"][
         "AutoModelForSeq2SeqLM"

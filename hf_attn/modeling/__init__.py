@@ -1,6 +1,7 @@
 """Everything that ships to the Hub with a model (copied flat by save_pretrained: sibling imports only)."""
 
-from .attention_base import HfAttnConfigError, Preset, VariantAttention
+from .attention_base import VariantAttention
+from .hyperparameters import HfAttnConfigError, Preset
 from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
 from .modeling_hf_attn import HfAttnBartForConditionalGeneration, HfAttnMarianMTModel, HfAttnSeq2SeqLMOutput
 from .presets import PRESETS

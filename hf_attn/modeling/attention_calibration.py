@@ -77,8 +77,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention_base import FORWARD_STATE_KWARG, ForwardState, Hyperparameter, Preset, VariantAttention
-from .attention_base import float32_autocast_off, weighted_values
+from .attention_base import VariantAttention
+from .forward_state import FORWARD_STATE_KWARG, ForwardState
+from .hyperparameters import Hyperparameter, Preset
+from .kernels import float32_autocast_off, weighted_values
 
 CALIBRATION_PAPER = (
     "Lu, Zeng, Zhang, Wu & Li 2021, Attention Calibration for Transformer in Neural Machine Translation (ACL)"

@@ -26,7 +26,8 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import Hyperparameter, Preset, float32_autocast_off, weighted_values
+from .hyperparameters import Hyperparameter, Preset
+from .kernels import float32_autocast_off, weighted_values
 from .attention_positional import (
     PositionalAttention,
     check_length,

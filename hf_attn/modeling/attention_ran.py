@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Hyperparameter, Preset, float32_autocast_off
+from .hyperparameters import HfAttnConfigError, Hyperparameter, Preset
+from .kernels import float32_autocast_off
 from .attention_positional import PositionalAttention, check_length, check_right_padding, positional_softmax
 
 RAN_PAPER = "Zeng et al. 2021, Recurrent Attention for Neural Machine Translation (EMNLP)"

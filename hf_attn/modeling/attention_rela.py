@@ -22,7 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .attention_base import Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off, weighted_values
+from .attention_base import VariantAttention
+from .hyperparameters import all_sites, Hyperparameter, Preset
+from .kernels import float32_autocast_off, weighted_values
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
 
 NORMS = ("rmsnorm", "layernorm", "none")
@@ -151,7 +153,8 @@ class RelaAttention(VariantAttention):
         weights = keep.zero_hidden(activate(scores, self.activation, self.leaky_slope, inplace=True))
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=ctx.output_attentions)
 
-    def post_merge(self, o):
+    def normalise(self, o):
+        """LN(o) of Eq. 4-5 over the merged heads ``[B,T,d]`` (o itself without a norm: ReLU attention alone)."""
         if self.norm == "none":
             return o
         return rela_norm(o, self.norm, self.eps, *self.norm_params())
@@ -162,7 +165,7 @@ class RelaAttention(VariantAttention):
         if self.norm == "none":
             return self.out_proj(o)
         if not torch.is_grad_enabled() or type(self.out_proj) is not nn.Linear:
-            return self.out_proj(rela_norm(o, self.norm, self.eps, *self.norm_params()))
+            return self.out_proj(self.normalise(o))
         return NormThenProject.apply(o, self.out_proj.weight, self.out_proj.bias, self.norm, self.eps,
                                      *self.norm_params())
 

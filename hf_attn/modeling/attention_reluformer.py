@@ -39,7 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from .attention_base import CACHE_KWARG, Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off
+from .attention_base import VariantAttention
+from .cache import CACHE_KWARG
+from .hyperparameters import all_sites, Hyperparameter, Preset
+from .kernels import float32_autocast_off
 from .attention_blockwise import blockwise_relu_attention, use_blocks
 
 RELUFORMER_PAPER = "Shen, Guo, Tan, Tang, Wang & Bian 2023, A Study on ReLU and Softmax in Transformer (arXiv:2302.06461)"

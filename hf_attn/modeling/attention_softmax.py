@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from .attention_base import (
-    Preset,
-    VariantAttention,
-    all_sites,
-    float32_autocast_off,
-    softmax_attention,
-    weighted_values,
-)
+from .attention_base import VariantAttention
+from .hyperparameters import all_sites, Preset
+from .kernels import float32_autocast_off, softmax_attention, weighted_values
 
 try:  # optional extra: pip install entmax
     from entmax import entmax15, sparsemax

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from huggingface_hub.dataclasses import strict
 from transformers import BartConfig, MarianConfig
 
-from .attention_base import SITES, HfAttnConfigError, Hyperparameter
+from .hyperparameters import SITES, HfAttnConfigError, Hyperparameter
+from .kernels import register
 from .presets import PRESETS
 from .registry import ATTENTION_VARIANTS
 
@@ -64,6 +65,7 @@ class HfAttnConfigMixin:
     preset: str | None = None
 
     def __post_init__(self, **kwargs):
+        register()  # the "hf_attn" attention implementation this config's models run under
         declared = hyperparameters()
         unknown = [k for k in kwargs if k.split("_")[0] in _variant_prefixes() and k not in declared]
         if unknown:

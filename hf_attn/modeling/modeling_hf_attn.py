@@ -25,19 +25,12 @@ from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import BartAttention
 from transformers.models.marian.modeling_marian import MarianAttention
 
-from .attention_base import (
-    ATTN_IMPLEMENTATION,
-    CACHE_KWARG,
-    FORWARD_STATE_KWARG,
-    SITES,
-    ForwardState,
-    HfAttnCache,
-    HfAttnConfigError,
-    VariantAttention,
-    attention_class,
-    is_prepared_keep_mask,
-    pop_cache,
-)
+from .attention_base import attention_class, VariantAttention
+from .cache import CACHE_KWARG, HfAttnCache, pop_cache
+from .forward_state import FORWARD_STATE_KWARG, ForwardState
+from .hyperparameters import SITES, HfAttnConfigError
+from .kernels import ATTN_IMPLEMENTATION, register
+from .masking import is_prepared_keep_mask
 from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
 from .registry import ATTENTION_VARIANTS
 
@@ -125,6 +118,7 @@ class HfAttnModelMixin:
         # the config path: from_pretrained(..., attn_implementation=), from_config(...), config._attn_implementation
         requested = config._attn_implementation
         check_attn_implementation(requested, {v for layout in config.attention_layout().values() for v in layout})
+        register()
         config._attn_implementation = ATTN_IMPLEMENTATION  # not saved in config.json: forced on every load
         super().__init__(config)
         self.config._attn_implementation = ATTN_IMPLEMENTATION

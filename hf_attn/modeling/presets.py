@@ -6,7 +6,7 @@ A preset is a set of config overrides: the attention variant per site (``encoder
 
 from __future__ import annotations
 
-from .attention_base import Preset
+from .hyperparameters import Preset
 from .registry import ATTENTION_VARIANTS
 
 PRESETS: dict[str, Preset] = {p.name: p for cls in ATTENTION_VARIANTS.values() for p in cls.presets}
