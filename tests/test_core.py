@@ -16,7 +16,7 @@ from transformers import (
 
 import hf_attn
 from hf_attn.modeling import attention_softmax
-from hf_attn.modeling.attention_base import attention_class, VariantAttention
+from hf_attn.modeling.attention_base import VariantAttention, attention_class
 from hf_attn.modeling.hyperparameters import HfAttnConfigError
 from hf_attn.modeling.masking import KeepMask
 from hf_attn.modeling.attention_rela import RelaAttention
@@ -336,7 +336,7 @@ def test_masks_are_built_on_the_device_of_the_call():
     """A causal mask without padding holds no tensor: it must still build its blocks where the attention runs (on a
     GPU every ReLU-family, GMM and calibration training step once failed on a CPU mask). The meta device stands in
     for a GPU."""
-    from hf_attn.modeling.masking import keep_from_mask, keep_mask_interface, KeepMask
+    from hf_attn.modeling.masking import KeepMask, keep_from_mask, keep_mask_interface
     from transformers.masking_utils import causal_mask_function
 
     meta = torch.device("meta")

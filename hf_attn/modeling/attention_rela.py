@@ -23,7 +23,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from .attention_base import VariantAttention
-from .hyperparameters import all_sites, Hyperparameter, Preset
+from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off, weighted_values
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
 

@@ -41,7 +41,7 @@ from torch.autograd.function import once_differentiable
 
 from .attention_base import VariantAttention
 from .cache import CACHE_KWARG
-from .hyperparameters import all_sites, Hyperparameter, Preset
+from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off
 from .attention_blockwise import blockwise_relu_attention, use_blocks
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .attention_base import VariantAttention
-from .hyperparameters import all_sites, Preset
+from .hyperparameters import Preset, all_sites
 from .kernels import float32_autocast_off, softmax_attention, weighted_values
 
 try:  # optional extra: pip install entmax

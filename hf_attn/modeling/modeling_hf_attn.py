@@ -25,13 +25,13 @@ from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import BartAttention
 from transformers.models.marian.modeling_marian import MarianAttention
 
-from .attention_base import attention_class, VariantAttention
+from .attention_base import VariantAttention, attention_class
 from .cache import CACHE_KWARG, HfAttnCache, pop_cache
+from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
 from .forward_state import FORWARD_STATE_KWARG, ForwardState
 from .hyperparameters import SITES, HfAttnConfigError
 from .kernels import ATTN_IMPLEMENTATION, register
 from .masking import is_prepared_keep_mask
-from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
 from .registry import ATTENTION_VARIANTS
 
 
