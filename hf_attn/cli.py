@@ -49,7 +49,7 @@ def _errors():
 
 
 def cmd_presets(argv) -> int:
-    from . import PRESETS
+    from .modeling import PRESETS
 
     ap = argparse.ArgumentParser(prog="hf-attn presets", description="list the attention presets")
     ap.add_argument("--verbose", "-v", action="store_true",
@@ -69,7 +69,7 @@ def cmd_presets(argv) -> int:
 
 def describe_variants() -> str:
     """Every attention variant: sites, description and its hyperparameters (the `hf-attn train` flags)."""
-    from . import ATTENTION_VARIANTS
+    from .modeling import ATTENTION_VARIANTS
 
     lines = ["", "variants and their hyperparameters (flags of `hf-attn train`: --NAME VALUE):"]
     for name, cls in ATTENTION_VARIANTS.items():
@@ -312,10 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
-        import difflib
-
-        close = difflib.get_close_matches(cmd, COMMANDS, n=1)
-        print(f"hf-attn: error: unknown command {cmd!r}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+        print(f"hf-attn: error: unknown command {cmd!r}{did_you_mean(cmd, COMMANDS)}; "
               f"valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     handler = {"train": cmd_train, "evaluate": cmd_evaluate, "translate": cmd_translate, "push": cmd_push,

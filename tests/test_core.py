@@ -5,27 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import attention_context, BASE_DEFAULTS, TINY, tiny_batch, tiny_config, tiny_model
-from transformers import (
-    AutoConfig,
-    AutoModelForSeq2SeqLM,
-    BartConfig,
-    BartForConditionalGeneration,
-    MarianConfig,
-    MarianMTModel,
-)
-
-import hf_attn
-from hf_attn.modeling import attention_softmax
-from hf_attn.modeling.attention_base import VariantAttention, attention_class
-from hf_attn.modeling.hyperparameters import HfAttnConfigError
-from hf_attn.modeling.masking import KeepMask
-from hf_attn.modeling.attention_rela import RelaAttention
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
 from transformers.models.marian.modeling_marian import MarianAttention
 
-VANILLA = {
-    "marian": (MarianConfig, MarianMTModel),
-    "bart": (BartConfig, BartForConditionalGeneration),
-}
+import hf_attn
+from hf_attn.modeling import BASES, attention_softmax
+from hf_attn.modeling.attention_base import VariantAttention, attention_class
+from hf_attn.modeling.attention_rela import RelaAttention
+from hf_attn.modeling.hyperparameters import HfAttnConfigError
+from hf_attn.modeling.masking import KeepMask
+
+VANILLA = {name: (b.stock_config_class, b.stock_model_class) for name, b in BASES.items()}
 
 
 def vanilla_model(base, seed=0):

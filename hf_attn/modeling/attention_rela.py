@@ -23,13 +23,14 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from .attention_base import VariantAttention
+from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
+from .citations import CITATIONS
 from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off, weighted_values
-from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
 
 NORMS = ("rmsnorm", "layernorm", "none")
 GAIN_INITS = ("ones", "uniform")
-RELA = "Zhang, Titov & Sennrich 2021, Sparse Attention with Linear Units (EMNLP)"
+RELA = CITATIONS["rela"]
 _RELA_G = all_sites("rela", rela_norm="rmsnorm", rela_gate=True, rela_gain_init="ones")
 
 

@@ -4,10 +4,18 @@ checker."""
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 
 SITES = ("encoder", "decoder", "cross")
+
+
+def did_you_mean(value, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``value``, or "" when none is close: the hint of
+    every "not a valid name" error line (config fields, presets, figures, commands)."""
+    close = difflib.get_close_matches(str(value), list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class HfAttnConfigError(ValueError):

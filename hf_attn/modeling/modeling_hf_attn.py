@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import BartForConditionalGeneration, GenerationMixin, MarianMTModel
+from transformers import BartForConditionalGeneration, GenerationMixin, MarianMTModel, initialization as init
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import BartAttention
 from transformers.models.marian.modeling_marian import MarianAttention
@@ -206,8 +207,6 @@ class HfAttnModelMixin:
     def initialize_weights(self):
         """Base init, then each variant's own parameters (`transformers.initialization` helpers skip loaded
         tensors, so a warm start keeps every weight it loaded)."""
-        from transformers import initialization as init
-
         super().initialize_weights()
         for module in self.attention_modules():
             if isinstance(module, VariantAttention):  # (the stock modules, before the swap in __init__)
@@ -230,8 +229,6 @@ class HfAttnModelMixin:
         **kwargs,
     ) -> HfAttnSeq2SeqLMOutput:
         """The base model's forward; ``output_attention_details=True`` also returns the variants' internal maps."""
-        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-
         cache = pop_cache(cache, kwargs)  # (``past_key_values`` before transformers 5.24)
         if isinstance(cache, EncoderDecoderCache):  # decoding state lives in the cache
             cache = HfAttnCache.wrap(cache)
