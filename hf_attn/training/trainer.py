@@ -33,6 +33,7 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import rotate_checkpoints
 
+from ..errors import PREEMPTION_SIGNALS
 from .checkpoints import TMP_DIR, newest_complete_checkpoint
 
 SAMPLER_STATE = "sampler_state.pt"
@@ -299,7 +300,6 @@ class TimeBudgetCallback(TrainerCallback):
             return 0.0
 
 
-PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")  # how schedulers (SLURM, Kubernetes, spot) end a job
 
 
 class FirstSignal:
