@@ -1,4 +1,4 @@
-"""Issue 14, data files: non-UTF-8 bytes, a byte-order mark, non-string JSON values and empty sentences give one
+"""Bad data files: non-UTF-8 bytes, a byte-order mark, non-string JSON values and empty sentences give one
 clear line or a printed count, never a traceback or silent garbage."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Variant hyperparameters are declared once (`Hyperparameter`: type, default, valid values, help) and drive the
-config checks, the `hf-attn train` flags and `hf-attn presets --verbose` (issue 13 item 4, issue 14 item 11)."""
+config checks, the `hf-attn train` flags and `hf-attn presets --verbose`."""
 
 from __future__ import annotations
 
