@@ -19,7 +19,7 @@ from conftest import tiny_batch, tiny_model
 
 import hf_attn
 import hf_attn.modeling
-from hf_attn.modeling import BASES
+from hf_attn.modeling import BASES as BASE_TABLE
 
 BASES = ("marian", "bart")
 PRESET_NAMES = sorted(hf_attn.PRESETS)
@@ -43,7 +43,7 @@ def test_swap_attention_keeps_the_checkpoint_architecture(base, tmp_path):
     from conftest import BASE_DEFAULTS, TINY
 
     arch = dict(activation_function="swish", dropout=0.3, attention_dropout=0.05, activation_dropout=0.2)
-    cfg_cls, model_cls = BASES[base].stock_config_class, BASES[base].stock_model_class
+    cfg_cls, model_cls = BASE_TABLE[base].stock_config_class, BASE_TABLE[base].stock_model_class
     vanilla = model_cls(cfg_cls(**{**TINY, **BASE_DEFAULTS[base], **arch}))
     vanilla.save_pretrained(tmp_path)
     for preset in PRESET_NAMES:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import HfAttnInputError
 from ..generation import translate_texts
+from ..modeling.hyperparameters import did_you_mean
 from . import common
 from .alignment import alignment_quality, read_pharaoh, word_alignments
 from .calibration import calibration_modules, calibration_statistics, kendall_with_gradients

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from huggingface_hub import HfApi
+import huggingface_hub
 
 from ..errors import HfAttnInputError
 from ..rundir import check_model_files
@@ -55,7 +55,7 @@ def push_model_dir(model_dir: str | Path, repo_id: str, private: bool | None = N
 
         if existing_card(d)[0] != "other":
             write_model_card(d, repo_id)
-    api = HfApi(token=token)
+    api = huggingface_hub.HfApi(token=token)  # (looked up at call time: tests replace it)
     repo = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     repo_id = getattr(repo, "repo_id", repo_id)
     return api.upload_folder(folder_path=str(d), repo_id=repo_id, repo_type="model", revision=revision,
