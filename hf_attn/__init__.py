@@ -1,7 +1,5 @@
 """hf-attn: published NMT attention mechanisms for Hugging Face Marian and BART models."""
 
-from transformers import AutoConfig, AutoModelForSeq2SeqLM
-
 from .modeling import (
     ATTENTION_VARIANTS,
     PRESETS,
@@ -13,19 +11,12 @@ from .modeling import (
     HfAttnSeq2SeqLMOutput,
     Preset,
 )
+from .modeling.bases import register_auto_classes
 from .swap import swap_attention
+from .version import __version__
 
-__version__ = "0.1.0"
 
-for _config, _model in (
-    (HfAttnMarianConfig, HfAttnMarianMTModel),
-    (HfAttnBartConfig, HfAttnBartForConditionalGeneration),
-):
-    AutoConfig.register(_config.model_type, _config, exist_ok=True)
-    AutoModelForSeq2SeqLM.register(_config, _model, exist_ok=True)
-    # save_pretrained writes auto_map and copies the modeling files (both calls are needed)
-    _config.register_for_auto_class()
-    _model.register_for_auto_class("AutoModelForSeq2SeqLM")
+register_auto_classes()  # `import hf_attn` is enough for AutoModelForSeq2SeqLM to load hf-attn directories
 
 __all__ = [
     "ATTENTION_VARIANTS",

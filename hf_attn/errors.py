@@ -12,6 +12,7 @@ class HfAttnInputError(ValueError):
 # `hf-attn train` / `reproduce` stopped by SIGTERM, SIGINT or SIGUSR1 after saving a checkpoint: "try again later"
 # (EX_TEMPFAIL of sysexits.h), so a job script or scheduler can tell a preempted run from a failed one (exit 2).
 PREEMPTED_EXIT = 75
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")  # how schedulers (SLURM, Kubernetes, spot) end a job
 
 
 class HfAttnPreempted(Exception):

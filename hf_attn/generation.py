@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
+
+from .errors import HfAttnInputError
 
 
 def decoding_settings(model, num_beams: int | None = None, length_penalty: float | None = None) -> tuple[int, float]:
@@ -15,11 +18,7 @@ def decoding_settings(model, num_beams: int | None = None, length_penalty: float
 def translate_texts(model, tokenizer, texts: list[str], num_beams: int = 4, length_penalty: float = 1.0,
                     batch_size: int = 32, max_source_length: int = 256, max_new_tokens: int | None = None,
                     progress: bool = True, desc: str = "translating") -> list[str]:
-    from tqdm.auto import tqdm
-
     if num_beams < 1:
-        from .errors import HfAttnInputError
-
         raise HfAttnInputError(f"--num_beams {num_beams}: need at least 1")
     if max_new_tokens is None:  # what `hf-attn train` stored: generation_config.max_length = max_new_tokens + 2
         gc_max = getattr(model.generation_config, "max_length", None)

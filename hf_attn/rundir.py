@@ -9,7 +9,11 @@ import json
 import os
 from pathlib import Path
 
+from transformers import AutoModelForSeq2SeqLM
+
+from .data import load_corpus, load_tokenizer, read_parallel_file
 from .errors import HfAttnInputError
+from .modeling.bases import register_auto_classes
 
 
 def read_run_args(run_dir: str | os.PathLike) -> dict:
@@ -72,11 +76,7 @@ def check_model_files(model_dir: str) -> Path:
 def load_model_dir(model_dir: str):
     """(model, tokenizer) of a run or ``save_pretrained`` directory; an hf-attn model loads as its own class. Missing
     or truncated weights, or weights that lack tensors the config needs, give one line."""
-    from transformers import AutoModelForSeq2SeqLM
-
-    from . import swap_attention  # noqa: F401  (registers the hf-attn Auto classes)
-    from .data import load_tokenizer
-
+    register_auto_classes()
     d = check_model_files(model_dir)
     try:
         model, info = AutoModelForSeq2SeqLM.from_pretrained(str(d), output_loading_info=True)
@@ -98,8 +98,6 @@ def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None,
               max_samples: int | None = None):
     """``(sources, references, description, run_args)``: the ``split`` of the data a run in ``model_dir`` was trained
     on (from its run_args.json), or the pairs of ``test_file``."""
-    from .data import load_corpus, read_parallel_file
-
     if split not in ("test", "validation", "train"):
         raise HfAttnInputError(f"--split {split!r}: valid: test, validation, train")
     prev = read_run_args(model_dir)

@@ -5,15 +5,10 @@ from __future__ import annotations
 import os
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, BartForConditionalGeneration, MarianMTModel
+from transformers import AutoModelForSeq2SeqLM
 
-from .modeling import (
-    HfAttnBartConfig,
-    HfAttnBartForConditionalGeneration,
-    HfAttnConfigError,
-    HfAttnMarianConfig,
-    HfAttnMarianMTModel,
-)
+from .modeling import HfAttnConfigError
+from .modeling.bases import base_of
 
 # config keys that describe the saved file, not the architecture
 _NOT_ARCHITECTURE = {"model_type", "architectures", "auto_map", "transformers_version", "_name_or_path", "preset"}
@@ -21,11 +16,9 @@ _ATTENTION_KEYS = {f"{s}_attention{x}" for s in ("encoder", "decoder", "cross") 
 
 
 def _target_classes(model):
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if isinstance(model, MarianMTModel) or model_type in ("marian", "hf_attn_marian"):
-        return HfAttnMarianConfig, HfAttnMarianMTModel
-    if isinstance(model, BartForConditionalGeneration) or model_type in ("bart", "hf_attn_bart"):
-        return HfAttnBartConfig, HfAttnBartForConditionalGeneration
+    base = base_of(model)
+    if base is not None:
+        return base.config_class, base.model_class
     raise HfAttnConfigError(
         f"swap_attention supports MarianMTModel and BartForConditionalGeneration, got {type(model).__name__}; "
         "load a Marian or BART seq2seq checkpoint"

@@ -52,6 +52,7 @@ from pathlib import Path
 import torch
 
 import hf_attn
+from hf_attn.modeling.bases import BASES
 from hf_attn.bench.render import BENCHMARK_MARKERS, benchmark_block, render_result, update_block
 from hf_attn.bench.results import DEFAULT_PRESETS, BenchSettings
 from hf_attn.bench.runner import run, save_result
@@ -63,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", default=",".join(DEFAULT_PRESETS), help="comma list, or 'all' (softmax is always "
                    "included)")
-    p.add_argument("--base", choices=["marian", "bart"], default=DEFAULTS.base)
+    p.add_argument("--base", choices=list(BASES), default=DEFAULTS.base)
     p.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
     p.add_argument("--layers", type=int, default=DEFAULTS.layers, help="encoder and decoder layers each")
     p.add_argument("--heads", type=int, default=DEFAULTS.heads)

@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 import hf_attn
+from hf_attn.modeling.bases import BASES
 from hf_attn.bench.compile_check import CompileCheckSettings, check_preset
 from hf_attn.bench.render import (COMPILE_CHECKS, COMPILE_MARKERS, compile_block, compile_status,
                                   render_compile_table, update_block)
@@ -45,7 +46,7 @@ DEFAULTS = CompileCheckSettings()
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", default="all", help="comma list, or 'all'")
-    p.add_argument("--base", choices=["marian", "bart"], default=DEFAULTS.base)
+    p.add_argument("--base", choices=list(BASES), default=DEFAULTS.base)
     p.add_argument("--backend", default=DEFAULTS.backend, help="torch.compile backend (inductor, aot_eager, eager)")
     p.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
     p.add_argument("--layers", type=int, default=DEFAULTS.layers, help="encoder and decoder layers each")

@@ -13,7 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import hf_attn  # noqa: E402
+from hf_attn.modeling import BASES  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n 2`: two workers share the cores, one torch thread each
     torch.set_num_threads(1)
@@ -44,14 +44,12 @@ BASE_DEFAULTS = {
 
 
 def tiny_config(base: str, preset: str = "softmax", **overrides):
-    cls = hf_attn.HfAttnMarianConfig if base == "marian" else hf_attn.HfAttnBartConfig
-    return cls.from_preset(preset, **{**TINY, **BASE_DEFAULTS[base], **overrides})
+    return BASES[base].config_class.from_preset(preset, **{**TINY, **BASE_DEFAULTS[base], **overrides})
 
 
 def tiny_model(base: str, preset: str = "softmax", seed: int = 0, **overrides):
     torch.manual_seed(seed)
-    cls = hf_attn.HfAttnMarianMTModel if base == "marian" else hf_attn.HfAttnBartForConditionalGeneration
-    return cls(tiny_config(base, preset, **overrides)).eval()
+    return BASES[base].model_class(tiny_config(base, preset, **overrides)).eval()
 
 
 def tiny_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, seed: int = 1):
@@ -75,7 +73,7 @@ def tiny_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, seed: int = 1
 
 def attention_context(output_attentions: bool = False, **fields):
     """An `AttentionContext` for calling a module's ``attend`` directly (no cache, no forward state)."""
-    from hf_attn.modeling.attention_base import AttentionContext
+    from hf_attn.modeling.forward_state import AttentionContext
 
     defaults = dict(hidden_states=None, key_value_states=None, past=0, cache=None, state=None)
     return AttentionContext(output_attentions=output_attentions, **{**defaults, **fields})

@@ -95,7 +95,7 @@ def test_layer_statistics_on_a_rela_model(tmp_path):
 
 def test_a_site_whose_rows_are_all_null_has_no_top_p_mass_not_nan():
     """ReLU attention can switch a whole site off (every row null): its top-p% mass is None, never NaN."""
-    from hf_attn.analysis.report import attention_report, format_report
+    from hf_attn.analysis.stats import attention_report, format_report
 
     class Tok:
         pad_token_id = 1

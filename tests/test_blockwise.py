@@ -10,7 +10,7 @@ from conftest import tiny_batch, tiny_model
 
 import hf_attn
 from hf_attn.modeling import attention_blockwise as bw
-from hf_attn.modeling.attention_base import KeepMask
+from hf_attn.modeling.masking import KeepMask
 
 RELU_FAMILY = sorted(name for name, p in hf_attn.PRESETS.items()
                      if {p.overrides.get(f"{s}_attention") for s in ("encoder", "decoder", "cross")} & {"rela",

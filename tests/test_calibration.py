@@ -21,7 +21,7 @@ from transformers import Seq2SeqTrainingArguments
 import hf_attn
 from hf_attn.analysis.calibration import calibration_maps, plot_saliency, saliency_map
 from hf_attn.modeling import attention_calibration as calib
-from hf_attn.modeling.attention_base import HfAttnConfigError
+from hf_attn.modeling.hyperparameters import HfAttnConfigError
 
 PRESETS = ("calibration-fixed", "calibration-anneal", "calibration-gate")
 

@@ -159,7 +159,7 @@ def test_interrupted_run_resumes(tmp_path, cache):
     from hf_attn.training.run import train
     from hf_attn.training.trainer import InterruptAfterSteps
 
-    # about 13 steps per epoch: checkpoint-14 lies in the second epoch (issue 14: a mid-epoch resume used another
+    # about 13 steps per epoch: checkpoint-14 lies in the second epoch (a mid-epoch resume used another
     # data order than the uninterrupted run from the second epoch on)
     common = ["--preset", "rela-g", *TINY_ARGS, "--max_steps", "16", "--save_steps", "7", "--dropout", "0.1",
               "--cache_dir", str(cache)]

@@ -5,25 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import attention_context, BASE_DEFAULTS, TINY, tiny_batch, tiny_config, tiny_model
-from transformers import (
-    AutoConfig,
-    AutoModelForSeq2SeqLM,
-    BartConfig,
-    BartForConditionalGeneration,
-    MarianConfig,
-    MarianMTModel,
-)
-
-import hf_attn
-from hf_attn.modeling import attention_softmax
-from hf_attn.modeling.attention_base import HfAttnConfigError, KeepMask, VariantAttention, attention_class
-from hf_attn.modeling.attention_rela import RelaAttention
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
 from transformers.models.marian.modeling_marian import MarianAttention
 
-VANILLA = {
-    "marian": (MarianConfig, MarianMTModel),
-    "bart": (BartConfig, BartForConditionalGeneration),
-}
+import hf_attn
+from hf_attn.modeling import BASES, attention_softmax
+from hf_attn.modeling.attention_base import VariantAttention, attention_class
+from hf_attn.modeling.attention_rela import RelaAttention
+from hf_attn.modeling.hyperparameters import HfAttnConfigError
+from hf_attn.modeling.masking import KeepMask
+
+VANILLA = {name: (b.stock_config_class, b.stock_model_class) for name, b in BASES.items()}
 
 
 def vanilla_model(base, seed=0):
@@ -233,7 +225,7 @@ def test_rela_null_rows_give_zeros_not_nan(preset, dtype):
     keep = KeepMask.from_dense(torch.ones(2, 1, 3, 6, dtype=torch.bool))
     ctx, weights = module.attend(q, k, v, keep, attention_context(True))
     assert (weights == 0).all() and (ctx == 0).all()
-    merged = module.post_merge(ctx.transpose(1, 2).reshape(2, 3, 32))
+    merged = module.normalise(ctx.transpose(1, 2).reshape(2, 3, 32))
     assert torch.isfinite(merged).all()
     if preset != "rela-g-layernorm":  # LayerNorm adds its bias (zero at init)
         assert (merged == 0).all()
@@ -244,7 +236,7 @@ def test_rela_norm_runs_in_float32_under_autocast():
     module = model.model.encoder.layers[0].self_attn
     o = torch.randn(2, 3, 32).bfloat16() * 1e-3
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = module.post_merge(o)
+        y = module.normalise(o)
     z = o.float()
     ref = z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-8) * torch.sigmoid(module.rela_gate_weight * z)
     torch.testing.assert_close(y.float(), ref, rtol=1e-2, atol=1e-2)
@@ -334,7 +326,7 @@ def test_masks_are_built_on_the_device_of_the_call():
     """A causal mask without padding holds no tensor: it must still build its blocks where the attention runs (on a
     GPU every ReLU-family, GMM and calibration training step once failed on a CPU mask). The meta device stands in
     for a GPU."""
-    from hf_attn.modeling.attention_base import KeepMask, keep_from_mask, keep_mask_interface
+    from hf_attn.modeling.masking import KeepMask, keep_from_mask, keep_mask_interface
     from transformers.masking_utils import causal_mask_function
 
     meta = torch.device("meta")

@@ -136,7 +136,7 @@ def test_fsdp_leaves_the_forward_state_alone():
     the first write to a copy that the model never reads."""
     from torch.distributed.fsdp._common_utils import collect_grad_tensors, replace_grad_tensors
 
-    from hf_attn.modeling.attention_base import FORWARD_STATE_KWARG, ForwardState
+    from hf_attn.modeling.forward_state import FORWARD_STATE_KWARG, ForwardState
 
     state = ForwardState()
     state.layer_stats[("reluformer", "encoder", 0)] = {"norm": torch.ones(2, requires_grad=True) * 2}

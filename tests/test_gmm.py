@@ -15,7 +15,8 @@ from conftest import EOS, PAD, tiny_batch, tiny_config, tiny_model
 
 import hf_attn
 from hf_attn.analysis import gmm as gmm_analysis
-from hf_attn.modeling.attention_base import CACHE_KWARG, KeepMask
+from hf_attn.modeling.cache import CACHE_KWARG
+from hf_attn.modeling.masking import KeepMask
 
 GMM_PRESETS = sorted(name for name in hf_attn.PRESETS if name.startswith("gmm"))
 NORMALIZATIONS = ("approximate", "strict", "synthesis")
@@ -369,7 +370,7 @@ def test_synthesis_state_follows_cache_and_beams(base):
 def test_synthesis_state_lives_in_the_cache_and_is_reordered_cropped_and_reset():
     from transformers.cache_utils import DynamicCache
 
-    from hf_attn.modeling.attention_base import HfAttnCache
+    from hf_attn.modeling.cache import HfAttnCache
 
     cache = HfAttnCache(DynamicCache(), DynamicCache())
     cache.set_state("gmm_synthesis_mu.0", torch.arange(4.0).view(4, 1, 1, 1).expand(4, 4, 3, 4).clone(), target_dim=2)
@@ -402,7 +403,7 @@ def test_synthesis_without_reordering_would_differ(base, monkeypatch):
     good = model.generate(**src, **BEAM_KW)
     from transformers.cache_utils import EncoderDecoderCache
 
-    from hf_attn.modeling.attention_base import HfAttnCache
+    from hf_attn.modeling.cache import HfAttnCache
 
     monkeypatch.setattr(HfAttnCache, "reorder_cache", EncoderDecoderCache.reorder_cache)  # keys/values only
     bad = model.generate(**src, **BEAM_KW)
@@ -460,7 +461,8 @@ def test_source_geometry_is_kept_in_the_decoding_state():
     """j and J (Eq. 11) depend on the source only: set at the first cached step, read (not recomputed) later."""
     from transformers.cache_utils import DynamicCache
 
-    from hf_attn.modeling.attention_base import AttentionContext, HfAttnCache
+    from hf_attn.modeling.cache import HfAttnCache
+    from hf_attn.modeling.forward_state import AttentionContext
 
     module = cross(tiny_model("marian", "gmm"))
     cache = HfAttnCache(DynamicCache(), DynamicCache())

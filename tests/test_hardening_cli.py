@@ -1,4 +1,4 @@
-"""Issue 14, the CLI: every flag checked before any work, a diverged run fails, incomplete checkpoints are skipped,
+"""The CLI under bad input: every flag checked before any work, a diverged run fails, incomplete checkpoints are skipped,
 one run per output directory, and translate/evaluate/push/reproduce give one line for bad input."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 14, data files: non-UTF-8 bytes, a byte-order mark, non-string JSON values and empty sentences give one
+"""Bad data files: non-UTF-8 bytes, a byte-order mark, non-string JSON values and empty sentences give one
 clear line or a printed count, never a traceback or silent garbage."""
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ def test_dataset_empty_rows_counted(tmp_path, capsys):
 
 
 def test_reproduce_record_with_a_nan_is_strict_json(tmp_path):
-    from hf_attn.reproduce.runner import RunSpec, _write_record, record_path
+    from hf_attn.reproduce.matrix import RunSpec, record_path
+    from hf_attn.reproduce.runner import _write_record
 
     spec = RunSpec("softmax", "de", "en", 10, 42)
     _write_record(tmp_path, spec, {"name": spec.name, "analysis": {"entropy": math.nan}}, None)

@@ -1,4 +1,4 @@
-"""Issue 14, the trainer: checkpoints appear only when complete, the data order of a mid-epoch resume, divergence at
+"""The trainer under faults: checkpoints appear only when complete, the data order of a mid-epoch resume, divergence at
 any step, and the output-directory lock."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Variant hyperparameters are declared once (`Hyperparameter`: type, default, valid values, help) and drive the
-config checks, the `hf-attn train` flags and `hf-attn presets --verbose` (issue 13 item 4, issue 14 item 11)."""
+config checks, the `hf-attn train` flags and `hf-attn presets --verbose`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from conftest import BASE_DEFAULTS, TINY
 
 import hf_attn
 from hf_attn.cli import main
-from hf_attn.modeling.attention_base import HfAttnConfigError
+from hf_attn.modeling.hyperparameters import HfAttnConfigError
 from hf_attn.modeling.configuration_hf_attn import hyperparameters
 from hf_attn.training.args import MODEL_DEFAULTS, build_train_parser, parse_train_args
-from hf_attn.training.run import model_classes
+from hf_attn.modeling.bases import BASES
 
 # every variant hyperparameter: (command-line text, the value model.config must hold), never the default
 CLI_VALUES = {
@@ -79,7 +79,7 @@ SMALL = ["--d_model", "32", "--encoder_layers", "2", "--decoder_layers", "2", "-
 def build(argv, tmp_path, base="marian"):
     """`hf-attn train`'s parser, then the config and model as `hf_attn.training.run.train` builds them."""
     hargs, _, overrides, _ = parse_train_args([*argv, *SMALL, "--base", base, "--output_dir", str(tmp_path)])
-    cfg_cls, model_cls = model_classes(base)
+    cfg_cls, model_cls = BASES[base].config_class, BASES[base].model_class
     tokens = {k: TINY[k] for k in ("vocab_size", "pad_token_id", "eos_token_id", "forced_eos_token_id")}
     config = cfg_cls.from_preset(hargs.preset, **{**MODEL_DEFAULTS, **tokens, **BASE_DEFAULTS[base], **overrides})
     return model_cls(config)

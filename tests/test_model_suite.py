@@ -40,12 +40,13 @@ from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder
 from transformers.models.marian.modeling_marian import MarianDecoder, MarianEncoder
 
 import hf_attn
-from hf_attn.modeling.attention_base import HfAttnCache, HfAttnConfigError
+from hf_attn.modeling.cache import HfAttnCache
+from hf_attn.modeling.hyperparameters import HfAttnConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
 
 BASES = ("marian", "bart")
-STOCK = {"marian": (MarianConfig, MarianMTModel), "bart": (BartConfig, BartForConditionalGeneration)}
+STOCK = {name: (b.stock_config_class, b.stock_model_class) for name, b in hf_attn.modeling.BASES.items()}
 STOCK_PARTS = {"marian": (MarianEncoder, MarianDecoder), "bart": (BartEncoder, BartDecoder)}
 # weights that are a fixed function of positions: no gradient reaches them (You et al. 2020: nothing is learned)
 FIXED_WEIGHTS = {"hard-gaussian"}

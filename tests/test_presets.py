@@ -11,12 +11,15 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import tiny_batch, tiny_model
 
 import hf_attn
+import hf_attn.modeling
+from hf_attn.modeling import BASES as BASE_TABLE
 
 BASES = ("marian", "bart")
 PRESET_NAMES = sorted(hf_attn.PRESETS)
@@ -37,12 +40,10 @@ def test_a_preset_only_chooses_attention():
 @pytest.mark.parametrize("base", BASES)
 def test_swap_attention_keeps_the_checkpoint_architecture(base, tmp_path):
     """An opus-mt-style checkpoint (swish FFN, its own dropouts) keeps them under every preset."""
-    from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
-
     from conftest import BASE_DEFAULTS, TINY
 
     arch = dict(activation_function="swish", dropout=0.3, attention_dropout=0.05, activation_dropout=0.2)
-    cfg_cls, model_cls = (MarianConfig, MarianMTModel) if base == "marian" else (BartConfig, BartForConditionalGeneration)
+    cfg_cls, model_cls = BASE_TABLE[base].stock_config_class, BASE_TABLE[base].stock_model_class
     vanilla = model_cls(cfg_cls(**{**TINY, **BASE_DEFAULTS[base], **arch}))
     vanilla.save_pretrained(tmp_path)
     for preset in PRESET_NAMES:
@@ -165,7 +166,10 @@ def test_hub_format_roundtrip_in_fresh_process(fresh_process_logits, base, prese
     d = root / f"{base}-{preset}"
     files = {p.name for p in d.iterdir()}
     assert "model.safetensors" in files and "pytorch_model.bin" not in files
-    assert {"configuration_hf_attn.py", "modeling_hf_attn.py", "attention_base.py", "registry.py"} <= files
+    # every modeling file ships (the modules attention_base.py was split into included), flat beside config.json
+    modeling = {p.name for p in Path(hf_attn.modeling.__file__).parent.glob("*.py")} - {"__init__.py", "bases.py"}
+    assert {"configuration_hf_attn.py", "modeling_hf_attn.py", "attention_base.py", "masking.py", "cache.py"} <= modeling
+    assert modeling <= files
     config = json.loads((d / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"].endswith("ForConditionalGeneration") or config["auto_map"][
         "AutoModelForSeq2SeqLM"

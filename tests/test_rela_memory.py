@@ -55,7 +55,7 @@ def test_rela_keeps_no_more_for_backward_than_relu(autocast):
 @pytest.mark.parametrize("frozen", [False, True], ids=["all-trained", "some-frozen"])
 @pytest.mark.parametrize("preset", ReLA_NORMED)
 def test_rela_fused_out_projection_equals_plain_autograd(preset, frozen):
-    """`project_out` (training: one NormThenProject node) against out_proj(post_merge(o)) through plain autograd:
+    """`project_out` (training: one NormThenProject node) against out_proj(normalise(o)) through plain autograd:
     values and the gradients of o and of every parameter (out_proj's bias included)."""
     module = tiny_model("marian", preset).model.encoder.layers[0].self_attn
     torch.manual_seed(0)
@@ -72,7 +72,7 @@ def test_rela_fused_out_projection_equals_plain_autograd(preset, frozen):
     trained = [t for t in inputs if t is not None and t.requires_grad]
     fused = module.project_out(o)
     assert type(fused.grad_fn).__name__ == "NormThenProjectBackward"
-    plain = module.out_proj(module.post_merge(o))
+    plain = module.out_proj(module.normalise(o))
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
     for got, want in zip(torch.autograd.grad(fused, trained, upstream), torch.autograd.grad(plain, trained, upstream)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -87,7 +87,7 @@ def test_rela_fused_out_projection_under_autocast_matches_plain_autograd():
     grads = []
     for fuse in (True, False):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = module.project_out(o) if fuse else module.out_proj(module.post_merge(o))
+            out = module.project_out(o) if fuse else module.out_proj(module.normalise(o))
         assert out.dtype == torch.bfloat16
         grads.append((out, *torch.autograd.grad(out, trained, upstream)))
     for got, want in zip(*grads):

@@ -15,7 +15,8 @@ from conftest import EOS, PAD, tiny_batch, tiny_config, tiny_model
 
 import hf_attn
 from hf_attn.modeling import attention_reluformer as rf
-from hf_attn.modeling.attention_base import HfAttnConfigError, KeepMask
+from hf_attn.modeling.hyperparameters import HfAttnConfigError
+from hf_attn.modeling.masking import KeepMask
 
 PRESETS = ("reluformer", "reluformer-no-scale", "reluformer-no-reg")
 
@@ -293,7 +294,7 @@ def fake_stats(reg_rows, rows):
 
 
 def test_reg_is_averaged_over_valid_queries_heads_then_layers():
-    from hf_attn.modeling.attention_base import ForwardState
+    from hf_attn.modeling.forward_state import ForwardState
 
     # encoder layer: B=1, H=2, S=3, last source token is padding ; decoder layer: T=2, second position is padding
     variant = rf.ReluFormerAttention.variant

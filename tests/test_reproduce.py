@@ -10,7 +10,8 @@ from conftest import PAD, tiny_batch
 from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
 
 from hf_attn.reproduce import report as rep
-from hf_attn.reproduce.runner import RunSpec, matrix, variant_figures
+from hf_attn.reproduce.matrix import RunSpec, matrix
+from hf_attn.reproduce.runner import variant_figures
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 from hf_attn.errors import HfAttnInputError
 from hf_attn.reproduce import report as rep
 from hf_attn.reproduce.claims import claims_section
-from hf_attn.reproduce.runner import RunSpec
+from hf_attn.reproduce.matrix import RunSpec
 from hf_attn.reproduce.seeds import mean_sd, p_text, seed_bootstrap
 
 REAL = Path(__file__).resolve().parents[1] / "results" / "runs" / "de-en_600steps_seed42_softmax.json"

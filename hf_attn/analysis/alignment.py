@@ -15,8 +15,10 @@ Table 5; GMM paper Section 6.4, Table 7).
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 from ..errors import HfAttnInputError
+from .stats import collect_attentions
 
 WORD_START = ("\u2581", "\u0120")  # "▁" SentencePiece, "Ġ" byte-level BPE
 
@@ -89,8 +91,6 @@ def scores(c: torch.Tensor) -> dict:
 
 def sentence_word_attention(model, tokenizer, source: str, target: str, shifted: bool) -> tuple[list, int, int]:
     """Word-level cross-attention of one pair, per decoder layer ``[H, T_w, S_w]`` (teacher forcing)."""
-    from .stats import collect_attentions
-
     enc = tokenizer(source, text_target=target, return_tensors="pt")
     attn = collect_attentions(model, enc["input_ids"], enc["attention_mask"], labels=enc["labels"])["cross"]
     specials = set(tokenizer.all_special_tokens)
@@ -109,8 +109,6 @@ def alignment_quality(model, tokenizer, sources, targets, gold, shifted: bool = 
     """Per decoder layer: AER / precision / recall of the layer attention (mean over heads) and of the best head
     (the head with the lowest corpus AER), plus AoL / AoH = their means over layers (ReLA paper Table 5).
     Pairs whose word counts disagree with the gold file (tokenisation) are skipped and counted."""
-    from tqdm.auto import tqdm
-
     if len(gold) < len(sources):
         raise HfAttnInputError(f"--gold-alignments has {len(gold)} lines for {len(sources)} sentence pairs; give one "
                                "Pharaoh line per pair, in the order of the test pairs (or lower --sentences)")

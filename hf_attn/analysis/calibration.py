@@ -22,8 +22,8 @@ import math
 
 import torch
 
-from .common import pyplot, save_figure
-from .stats import attention_details, cross_attention_modules
+from .common import bucket_labels, bucket_of, jsd, kendall_tau, pyplot, row_entropy, save_figure
+from .stats import attention_details, collect_attentions, cross_attention_modules
 
 
 def calibration_modules(model) -> dict[int, torch.nn.Module]:
@@ -111,8 +111,6 @@ def calibration_statistics(model, batches, entropy_edges=FIGURE7_EDGES) -> dict:
     attention a and the calibrated weights the model attends with (Figure 6); ``entropy_change`` =
     Ent(a) - Ent(calibrated) (Eq. 13, Table 5; > 0: calibration made the rows more focused); and, over all layers,
     the JSD per bucket of the original row's entropy (Figure 7). Rows are renormalised over the real source tokens."""
-    from .common import bucket_labels, bucket_of, jsd, row_entropy
-
     labels = bucket_labels(entropy_edges)
     layer_sums: dict = {}
     buckets = torch.zeros(len(labels), 2, dtype=torch.float64)
@@ -153,9 +151,6 @@ def kendall_with_gradients(model, batches) -> dict:
     """Per decoder layer, the mean over target tokens of Kendall's tau between the ranking of the source tokens by
     gradient importance (`gradient_importance`) and by the head-averaged attention a (Figure 2), and, for calibrated
     layers, by the mask importance 1 - m (Figure 5: the masks rank the inputs closer to the gradients)."""
-    from .common import kendall_tau
-    from .stats import collect_attentions
-
     calibrated = bool(calibration_modules(model))
     sums: dict = {}
     for batch in batches:

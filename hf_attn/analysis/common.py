@@ -15,7 +15,11 @@ from __future__ import annotations
 import time
 from itertools import pairwise
 
+import sacrebleu
 import torch
+from tqdm.auto import tqdm
+
+from ..generation import translate_texts
 
 
 def pyplot():
@@ -61,8 +65,6 @@ def tokenized_batches(tokenizer, sources, targets, batch_size: int = 16, max_len
                       desc: str = "batches"):
     """Teacher-forcing batches ``{"input_ids", "attention_mask", "labels"}`` (padding in labels = -100), with a tqdm
     bar when ``progress``."""
-    from tqdm.auto import tqdm
-
     for start in tqdm(range(0, len(sources), batch_size), desc=desc, unit="batch", disable=not progress):
         enc = tokenizer(sources[start:start + batch_size], text_target=targets[start:start + batch_size],
                         padding=True, truncation=True, max_length=max_length, return_tensors="pt")
@@ -135,8 +137,6 @@ def kendall_tau(x, y) -> float:
 def bleu_by_bucket(hypotheses, references, lengths, edges) -> list[dict]:
     """``[{"bucket", "sentences", "bleu"}]``: corpus BLEU (sacrebleu) of the pairs in each length bucket
     (buckets from `bucket_of`; an empty bucket has bleu None)."""
-    import sacrebleu
-
     out = []
     for b, label in enumerate(bucket_labels(edges)):
         idx = [i for i, n in enumerate(lengths) if bucket_of(n, edges) == b]
@@ -147,8 +147,6 @@ def bleu_by_bucket(hypotheses, references, lengths, edges) -> list[dict]:
 
 def decoding_seconds(model, tokenizer, sources, batch_size: int = 1, num_beams: int = 1, max_length: int = 256) -> float:
     """Wall-clock seconds to translate ``sources`` (greedy unless ``num_beams`` > 1) in batches of ``batch_size``."""
-    from ..generation import translate_texts
-
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -163,8 +161,6 @@ def speed_by_groups(model, tokenizer, groups: dict, batch_size: int = 1, num_bea
                     progress: bool = False) -> list[dict]:
     """``[{"group", "sentences", "mean_source_words", "seconds", "sentences_per_second"}]`` for ``{label: sources}``;
     ``seconds`` is the mean of ``repeats`` timed runs (the papers average 3)."""
-    from tqdm.auto import tqdm
-
     rows = []
     for label, sources in tqdm(groups.items(), desc="decoding speed", unit="group", disable=not progress):
         seconds = sum(decoding_seconds(model, tokenizer, sources, batch_size, num_beams) for _ in range(repeats)) / repeats

@@ -12,7 +12,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import HfAttnInputError
+from ..generation import translate_texts
+from ..modeling.hyperparameters import did_you_mean
 from . import common
+from .alignment import alignment_quality, read_pharaoh, word_alignments
+from .calibration import calibration_modules, calibration_statistics, kendall_with_gradients
+from .gmm import TABLE6_EDGES, entropy_by_length
+from .ran import layer_pair_jsd, plot_histograms, plot_matrices, weight_histograms
+from .rela import (
+    null_rate_shuffled,
+    rank_by_null_rate,
+    sentence_null_rates,
+    shuffle_demo,
+    top_share_hits,
+    write_ranking,
+)
+from .reluformer import layer_entropy_and_mass, long_documents
 
 GMM_BLEU_EDGES = (10, 20, 30, 40, 50)  # GMM Figure 7: 6 sets by source length, (50, inf) the last
 RAN_BLEU_EDGES = (10, 20, 30, 40, 50, 60)  # RAN Figure 8: 7 bins by source and by target length
@@ -46,8 +61,6 @@ class Context:
         return self.cache[key]
 
     def hypotheses(self) -> list[str]:
-        from ..generation import translate_texts
-
         return self.once("hyps", lambda: translate_texts(self.model, self.tokenizer, self.sources,
                                                           num_beams=self.args.num_beams, batch_size=self.args.batch_size,
                                                           progress=True, desc=f"translating ({self.name})"))
@@ -60,8 +73,6 @@ class Context:
 
 
 def gold(ctx: Context):
-    from .alignment import read_pharaoh
-
     if not ctx.args.gold_alignments:
         raise Skip("needs --gold-alignments FILE (Pharaoh i-j lines, one per analysed pair)")
     return ctx.once("gold", lambda: read_pharaoh(ctx.args.gold_alignments))
@@ -69,8 +80,6 @@ def gold(ctx: Context):
 
 # ---- ReLA ------------------------------------------------------------------------------------------------------------
 def rela_null_shuffled(ctx: Context) -> dict:
-    from .rela import null_rate_shuffled
-
     out = null_rate_shuffled(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets, ctx.args.batch_size, ctx.args.seed)
     if ctx.plot("rela-null-shuffled"):
         series = {f"{site} ({kind})": (list(range(1, len(v) + 1)), v) for kind, sites in out.items() for site, v in sites.items()}
@@ -80,8 +89,6 @@ def rela_null_shuffled(ctx: Context) -> dict:
 
 
 def rela_rank_null(ctx: Context) -> dict:
-    from .rela import rank_by_null_rate, sentence_null_rates, shuffle_demo, top_share_hits, write_ranking
-
     a = ctx.args
     if not a.rank_null and a.shuffle_fraction is None:
         raise Skip("needs --rank-null FILE and/or --shuffle-fraction F")
@@ -106,15 +113,11 @@ def rela_rank_null(ctx: Context) -> dict:
 
 
 def rela_alignment(ctx: Context) -> dict:
-    from .alignment import word_alignments
-
     layer, lines = word_alignments(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets, ctx.args.alignment_layer)
     return {"layer": layer, "shifted": True, "format": "pharaoh source-target", "alignments": lines}
 
 
 def _aer(ctx: Context, shifted: bool) -> dict:
-    from .alignment import alignment_quality
-
     pairs = gold(ctx)
     return ctx.once(("aer", shifted), lambda: alignment_quality(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets,
                                                                  pairs, shifted, ctx.progress))
@@ -151,8 +154,6 @@ def rela_speed(ctx: Context) -> dict:
 
 # ---- GMM ---------------------------------------------------------------------------------------------------------------
 def gmm_entropy(ctx: Context) -> dict:
-    from .gmm import TABLE6_EDGES, entropy_by_length
-
     out = entropy_by_length(ctx.model, ctx.batches(desc="entropy"), TABLE6_EDGES)
     if ctx.plot("gmm-entropy"):
         labels = ["all", *common.bucket_labels(TABLE6_EDGES)]
@@ -184,8 +185,6 @@ def gmm_bleu(ctx: Context) -> dict:
 
 # ---- ReLUFormer --------------------------------------------------------------------------------------------------------
 def reluformer_layers(ctx: Context) -> dict:
-    from .reluformer import layer_entropy_and_mass
-
     out = layer_entropy_and_mass(ctx.model, ctx.batches(desc="entropy"), ctx.args.top_p_values)
     if ctx.plot("reluformer-layers"):
         series = {f"{site} H(s)": ([r["layer"] + 1 for r in rows], [r["entropy"] for r in rows]) for site, rows in out.items()}
@@ -198,8 +197,6 @@ def reluformer_layers(ctx: Context) -> dict:
 
 
 def reluformer_long(ctx: Context) -> dict:
-    from .reluformer import layer_entropy_and_mass, long_documents
-
     most = getattr(ctx.model.config, "max_position_embeddings", None)
     if most and max(ctx.args.long_lengths) + 2 > most:
         raise HfAttnInputError(f"--long_lengths {max(ctx.args.long_lengths)}: {ctx.name} has {most} positions, so the "
@@ -223,8 +220,6 @@ def reluformer_long(ctx: Context) -> dict:
 
 # ---- Calibration -------------------------------------------------------------------------------------------------------
 def _calibration(ctx: Context) -> dict:
-    from .calibration import calibration_modules, calibration_statistics
-
     if not calibration_modules(ctx.model):
         raise Skip("the model has no calibrated cross-attention (presets calibration-*)")
     return ctx.once("calibration", lambda: calibration_statistics(ctx.model, ctx.batches(desc="calibration")))
@@ -257,8 +252,6 @@ def calibration_entropy(ctx: Context) -> dict:
 
 
 def calibration_kendall(ctx: Context) -> dict:
-    from .calibration import kendall_with_gradients
-
     n = min(len(ctx.sources), ctx.args.kendall_sentences)
     out = kendall_with_gradients(ctx.model, ctx.batches(ctx.sources[:n], ctx.targets[:n], desc="gradients"))
     if ctx.plot("calibration-kendall"):
@@ -270,8 +263,6 @@ def calibration_kendall(ctx: Context) -> dict:
 
 # ---- RAN ---------------------------------------------------------------------------------------------------------------
 def ran_histograms(ctx: Context) -> dict:
-    from .ran import plot_histograms, weight_histograms
-
     out = weight_histograms(ctx.model, ctx.batches(desc="histograms"), ctx.args.bins)
     if ctx.plot("ran-histograms"):
         plot_histograms(out, ctx.plot("ran-histograms"), f"RAN Figure 5: attention weight histograms ({ctx.name})")
@@ -279,8 +270,6 @@ def ran_histograms(ctx: Context) -> dict:
 
 
 def ran_layer_jsd(ctx: Context) -> dict:
-    from .ran import layer_pair_jsd, plot_matrices
-
     out = layer_pair_jsd(ctx.model, ctx.batches(desc="layer JSD"))
     if ctx.plot("ran-layer-jsd"):
         plot_matrices(out, ctx.plot("ran-layer-jsd"), f"RAN Figure 7: JSD between layers ({ctx.name})")
@@ -341,10 +330,7 @@ def parse_figures(value: str | None) -> list[str]:
     names = list(FIGURES) if value.strip() == "all" else [n.strip() for n in value.split(",") if n.strip()]
     for n in names:
         if n not in FIGURES:
-            import difflib
-
-            close = difflib.get_close_matches(n, FIGURES, n=1)
-            raise HfAttnInputError(f"--figures {n!r} is not a figure{f' (did you mean {close[0]!r}?)' if close else ''}; "
+            raise HfAttnInputError(f"--figures {n!r} is not a figure{did_you_mean(n, FIGURES)}; "
                                    f"valid: all, {', '.join(FIGURES)}")
     return names
 
@@ -359,46 +345,6 @@ def run_figures(ctx: Context, names) -> dict:
             out[n] = {"skipped": str(why)}
             print(f"{ctx.name}: {n} skipped: {why}")
     return out
-
-
-def _numbers(kind):
-    def parse(text):
-        try:
-            values = [kind(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise HfAttnInputError(f"{text!r}: need comma-separated {kind.__name__} values, e.g. 1,10,100") from None
-        if not values or min(values) <= 0:
-            raise HfAttnInputError(f"{text!r}: need values > 0, e.g. 1,10,100")
-        return values
-    return parse
-
-
-def add_arguments(p) -> None:
-    """The figure options of `hf-attn analyze`."""
-    g = p.add_argument_group("figures of the papers (see the list below)")
-    g.add_argument("--figures", default=None, help="comma-separated figure names, or all")
-    g.add_argument("--rank-null", "--rank_null", dest="rank_null", default=None, metavar="FILE",
-                   help="rank the pairs of FILE (.jsonl/.tsv) by cross-attention null rate, most suspicious first "
-                        "(ReLA Section 5.4); implies --figures rela-rank-null")
-    g.add_argument("--rank_output", "--rank-output", default=None, help="TSV for the ranking (default FILE.<run>.null-ranked.tsv)")
-    g.add_argument("--shuffle-fraction", "--shuffle_fraction", dest="shuffle_fraction", type=float, default=None,
-                   help="shuffle the targets of this share of the pairs first and count them in the top --top_share")
-    g.add_argument("--top_share", "--top-share", type=float, default=0.1, help="share of the ranking checked (0.1)")
-    g.add_argument("--gold-alignments", "--gold_alignments", dest="gold_alignments", default=None, metavar="FILE",
-                   help="Pharaoh file (i-j sure, i?j possible; source-target words, 0-based), one line per pair")
-    g.add_argument("--alignment_layer", "--alignment-layer", type=int, default=None,
-                   help="decoder layer for rela-alignment (default the penultimate)")
-    g.add_argument("--num_beams", "--num-beams", type=int, default=4, help="beam for BLEU and speed figures (4)")
-    g.add_argument("--speed_groups", type=int, default=10, help="source-length groups of equal size (ReLA Fig. 2: 10)")
-    g.add_argument("--speed_repeats", type=int, default=1, help="timed runs averaged (the papers: 3)")
-    g.add_argument("--speed_batch_sizes", type=_numbers(int), default=[1, 10, 50, 100], help="RAN Figure 3 (1,10,50,100)")
-    g.add_argument("--speed_beams", type=_numbers(int), default=[1, 4, 8], help="RAN Figure 3 beam sizes (1,4,8)")
-    g.add_argument("--top_p_values", type=_numbers(float), default=[0.005, 0.01, 0.015, 0.05, 0.1],
-                   help="top-p%% shares for reluformer-* (0.005,...,0.1)")
-    g.add_argument("--long_lengths", type=_numbers(int), default=[128, 256, 512], help="reluformer-long limits L")
-    g.add_argument("--kendall_sentences", type=int, default=50, help="pairs for calibration-kendall (50)")
-    g.add_argument("--bins", type=int, default=20, help="histogram bins for ran-histograms (20)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the shuffles (0)")
 
 
 def check_arguments(a) -> list[str]:

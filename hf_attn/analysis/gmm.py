@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .common import pyplot, save_figure
-from .stats import attention_details, cross_attention_modules
+from .common import bucket_labels, bucket_of, pyplot, row_entropy, save_figure
+from .stats import attention_details, collect_attentions, cross_attention_modules
 
 
 def gmm_modules(model) -> dict[int, torch.nn.Module]:
@@ -116,8 +116,6 @@ TABLE6_MAPS = {"beta": "mixture", "alpha": "dot_product", "gamma": "fused"}  # G
 def _maps(model, batch) -> list[tuple[dict, torch.Tensor, torch.Tensor]]:
     """``[({name: [B,H,T,S] map}, source mask, target mask)]`` per cross-attention layer: the three GMM maps of a
     GMM layer, the cross-attention (as ``attention``) of any other layer."""
-    from .stats import collect_attentions
-
     gmm = gmm_modules(model)
     out = []
     if gmm:
@@ -136,8 +134,6 @@ def entropy_by_length(model, batches, edges=TABLE6_EDGES) -> dict:
     """The GMM paper's Table 6: mean row entropy (nats, rows renormalised over the real source tokens) of each map
     per source-length bucket (source tokens including EOS) and over all (``"all"``), averaged over cross-attention
     layers, heads and real target tokens: ``{map: {"all": x, "(0,20]": x, ...}}``."""
-    from .common import bucket_labels, bucket_of, row_entropy
-
     labels = bucket_labels(edges)
     sums: dict = {}
     for batch in batches:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from .common import pyplot, save_figure
+from .common import jsd, pyplot, save_figure
+from .stats import collect_attentions
 
 LEARNED_VARIANTS = ("recurrent", "synthesizer")
 
@@ -123,8 +124,6 @@ def plot_attention_heatmaps(
 def weight_histograms(model, batches, bins: int = 20) -> dict:
     """The RAN paper's Figure 5 as numbers: ``{site: {layer: share of the visible attention weights in each of
     ``bins`` equal bins of [0, 1]}}`` (any model: the weights it attends with on the given pairs)."""
-    from .stats import collect_attentions
-
     counts: dict = {}
     for batch in batches:
         for site, sa in collect_attentions(model, **batch).items():
@@ -138,9 +137,6 @@ def weight_histograms(model, batches, bins: int = 20) -> dict:
 def layer_pair_jsd(model, batches) -> dict:
     """The RAN paper's Figure 7: ``{site: L x L matrix}`` of the mean Jensen-Shannon divergence between the
     head-averaged attention rows of every pair of layers (over the visible query rows)."""
-    from .common import jsd
-    from .stats import collect_attentions
-
     sums: dict = {}
     for batch in batches:
         for site, sa in collect_attentions(model, **batch).items():

@@ -17,7 +17,7 @@ import random
 import torch
 
 from .common import tokenized_batches
-from .stats import collect_attentions, null_rate
+from .stats import attention_report, collect_attentions, null_rate
 
 
 def derange(items: list, seed: int = 0) -> list:
@@ -42,8 +42,6 @@ def shuffle_subset(targets: list, fraction: float, seed: int = 0) -> tuple[list,
 
 def null_rate_shuffled(model, tokenizer, sources, targets, batch_size: int = 16, seed: int = 0) -> dict:
     """``{"original": {site: [null rate per layer]}, "shuffled": {...}}`` (mean over heads; Figure 6)."""
-    from .report import attention_report
-
     out = {}
     for name, tgts in (("original", targets), ("shuffled", derange(targets, seed))):
         rep = attention_report(model, tokenizer, sources, tgts, batch_size=batch_size)

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import torch
 
-from .stats import collect_attentions, layer_statistics, top_p_mass
+from .stats import attention_report, collect_attentions, layer_statistics, top_p_mass
 
 
 def attention_summary(model, tokenizer, sources, references, batch_size: int = 16, max_length: int = 128,
                       top_p: float = 0.1) -> dict:
     """``{site: {"entropy", "sparsity", "null_rate", "top_p_mass"}, "mean_entropy", "top_p", "sentences"}``: the
-    site figures of `report.attention_report` (means over layers and sentences) and their mean entropy."""
-    from .report import attention_report
-
+    site figures of `stats.attention_report` (means over layers and sentences) and their mean entropy."""
     rep = attention_report(model, tokenizer, sources, references, batch_size, max_length, top_p)
     keys = ("entropy", "sparsity", "null_rate", "top_p_mass")
     out = {site: {k: figures[k] for k in keys} for site, figures in rep["sites"].items()}

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .common import pyplot, save_figure
+from ..modeling.hyperparameters import SITES
+from .common import pyplot, save_figure, tokenized_batches
 
+LAYER_KEYS = ("sparsity", "null_rate", "entropy", "head_diversity")
 SITE_OUTPUTS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
 
 
@@ -233,3 +235,54 @@ def plot_attention_heads(w: torch.Tensor, src_tokens, tgt_tokens, path, title: s
         ax.set_title(f"head {h}")
     fig.suptitle(title)
     return save_figure(fig, path)
+
+
+# ---- the attention report of `hf-attn analyze` and of each reproduce run -----------------------------------------
+@torch.no_grad()
+def attention_report(model, tokenizer, sources, references, batch_size: int = 16, max_length: int = 128,
+                     top_p: float = 0.1, progress: bool = False, tau: float = 1.0) -> dict:
+    """``{"layers": {site: [{"layer", "sparsity", "null_rate", "entropy", "head_diversity"}, ...]},
+    "sites": {site: {...same keys..., "top_p_mass"}}, "sentences": N, "top_p": p}``: means over sentences (each
+    batch weighted by its number of sentences); the site figures are the mean over its layers."""
+
+    if not sources:
+        raise ValueError("attention_report needs at least one sentence pair")
+    layout = model.config.attention_layout() if hasattr(model.config, "attention_layout") else None
+    layer_sums: dict = {}
+    mass_sums: dict = {}
+    count = 0
+    for batch in tokenized_batches(tokenizer, sources, references, batch_size, max_length, progress,
+                                   "attention statistics"):
+        attn = collect_attentions(model, **batch)
+        n = batch["input_ids"].shape[0]
+        count += n
+        for site, rows in layer_statistics(attn, tau, layout).items():
+            sums = layer_sums.setdefault(site, [dict.fromkeys(LAYER_KEYS, 0.0) for _ in rows])
+            for acc, row in zip(sums, rows):
+                for k in LAYER_KEYS:
+                    acc[k] += n * row[k]
+            # layers whose rows are all null in this batch have no top-p mass (nan): leave them out
+            masses = [m for m in (top_p_mass(w, attn[site].keep, top_p) for w in attn[site].weights) if m == m]
+            if masses:
+                acc = mass_sums.setdefault(site, [0.0, 0])
+                acc[0] += n * sum(masses) / len(masses)
+                acc[1] += n
+    layers = {site: [{"layer": i, **{k: v / count for k, v in acc.items()}} for i, acc in enumerate(sums)]
+              for site, sums in layer_sums.items()}
+    sites = {site: {k: sum(r[k] for r in rows) / len(rows) for k in LAYER_KEYS} for site, rows in layers.items()}
+    for site, figures in sites.items():
+        total, weight = mass_sums.get(site, (0.0, 0))
+        figures["top_p_mass"] = total / weight if weight else None  # None: every row null
+    return {"layers": layers, "sites": sites, "sentences": count, "top_p": top_p, "tau": tau}
+
+
+def format_report(name: str, report: dict) -> str:
+    """One line per site: ``name  site  sparsity  null rate  entropy  head diversity  top-p mass``."""
+    lines = []
+    for site in SITES:
+        if site in report["sites"]:
+            r = report["sites"][site]
+            mass = "-" if r["top_p_mass"] is None else f"{r['top_p_mass']:.3f}"
+            lines.append(f"{name:<28} {site:<8} {r['sparsity']:>8.3f} {r['null_rate']:>9.3f} {r['entropy']:>8.3f} "
+                         f"{r['head_diversity']:>9.3f} {mass:>9}")
+    return "\n".join(lines)

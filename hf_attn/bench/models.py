@@ -7,23 +7,17 @@ Both bases (Marian and BART) are built from one table lookup, `model_classes`.
 from __future__ import annotations
 
 import torch
-from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
 
-from ..modeling.configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
-from ..modeling.modeling_hf_attn import HfAttnBartForConditionalGeneration, HfAttnMarianMTModel
+from ..modeling.bases import get_base
 from ..modeling.registry import ATTENTION_VARIANTS
 
-BASES = ("marian", "bart")
 PAD, EOS, BOS = 1, 2, 0
 
 
 def model_classes(base: str) -> tuple[type, type, type, type]:
     """(hf-attn config, hf-attn model, stock config, stock model) classes of ``base`` ("marian" or "bart")."""
-    if base == "marian":
-        return HfAttnMarianConfig, HfAttnMarianMTModel, MarianConfig, MarianMTModel
-    if base == "bart":
-        return HfAttnBartConfig, HfAttnBartForConditionalGeneration, BartConfig, BartForConditionalGeneration
-    raise ValueError(f"unknown base {base!r}; use one of {BASES}")
+    b = get_base(base)
+    return b.config_class, b.model_class, b.stock_config_class, b.stock_model_class
 
 
 def config_fields(base: str, d_model: int, layers: int, heads: int, ffn: int, vocab: int,

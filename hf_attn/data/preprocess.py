@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from transformers import DataCollatorForSeq2Seq
+
 from ..errors import HfAttnInputError
 
 
@@ -57,8 +59,6 @@ def tokenize_split(dataset, tokenizer, source_lang: str, target_lang: str, max_s
 
 def make_collator(tokenizer, model=None):
     """Right padding, labels padded with -100 (ignored by the loss); ``decoder_input_ids`` from the model."""
-    from transformers import DataCollatorForSeq2Seq
-
     tokenizer.padding_side = "right"
     return DataCollatorForSeq2Seq(tokenizer, model=model, padding="longest", label_pad_token_id=-100,
                                   return_tensors="pt")

@@ -17,7 +17,12 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
+
+import sentencepiece as spm
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from transformers import AutoTokenizer, MarianTokenizer, PreTrainedTokenizerFast
 
 from ..errors import HfAttnInputError
 
@@ -42,8 +47,6 @@ def _digest(texts, **settings) -> str:
 def train_sentencepiece(texts: list[str], vocab_size: int, model_type: str = "unigram",
                         character_coverage: float = 1.0, seed: int = 0) -> bytes:
     """A serialized SentencePiece model with only ``<unk>`` as special piece (the layouts add their own)."""
-    import sentencepiece as spm
-
     if vocab_size < 16:
         raise HfAttnInputError(f"--vocab_size {vocab_size} is too small; use at least 16 (8000 for the Bible)")
     if model_type not in ("unigram", "bpe"):
@@ -64,16 +67,12 @@ def train_sentencepiece(texts: list[str], vocab_size: int, model_type: str = "un
 
 
 def _pieces(spm_bytes: bytes) -> list[tuple[str, float]]:
-    import sentencepiece as spm
-
     sp = spm.SentencePieceProcessor(model_proto=spm_bytes)
     return [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size()) if not sp.is_unknown(i)
             and not sp.is_control(i)]
 
 
 def build_marian_tokenizer(spm_bytes: bytes, out_dir: str | os.PathLike, max_length: int = 512):
-    from transformers import MarianTokenizer
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab = {"</s>": 0, "<unk>": 1}
@@ -83,7 +82,6 @@ def build_marian_tokenizer(spm_bytes: bytes, out_dir: str | os.PathLike, max_len
     for name in ("source.spm", "target.spm"):
         (out / name).write_bytes(spm_bytes)
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0), encoding="utf-8")
-    import warnings
 
     warnings.filterwarnings("ignore", message=".*sacremoses.*")
     tok = MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
@@ -94,9 +92,6 @@ def build_marian_tokenizer(spm_bytes: bytes, out_dir: str | os.PathLike, max_len
 
 
 def build_bart_tokenizer(spm_bytes: bytes, out_dir: str | os.PathLike, max_length: int = 1024):
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
     seen = {p for p, _ in vocab}
     for piece, score in _pieces(spm_bytes):
@@ -120,10 +115,6 @@ def build_bart_tokenizer(spm_bytes: bytes, out_dir: str | os.PathLike, max_lengt
 def load_tokenizer(path: str | os.PathLike):
     """The tokenizer saved in ``path``; files that cannot be read (a truncated or corrupt ``*.spm``, a broken
     ``vocab.json``) give one `HfAttnInputError` line naming the directory, never a SentencePiece traceback."""
-    import warnings
-
-    from transformers import AutoTokenizer
-
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*sacremoses.*")

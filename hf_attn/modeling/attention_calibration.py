@@ -77,12 +77,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention_base import FORWARD_STATE_KWARG, ForwardState, Hyperparameter, Preset, VariantAttention
-from .attention_base import float32_autocast_off, weighted_values
+from .attention_base import VariantAttention
+from .citations import CITATIONS
+from .forward_state import FORWARD_STATE_KWARG, ForwardState
+from .hyperparameters import Hyperparameter, Preset
+from .kernels import float32_autocast_off, weighted_values
 
-CALIBRATION_PAPER = (
-    "Lu, Zeng, Zhang, Wu & Li 2021, Attention Calibration for Transformer in Neural Machine Translation (ACL)"
-)
+CALIBRATION_PAPER = CITATIONS["calibration"]
 FUSIONS = ("fixed", "fixed_softmax", "anneal", "gate")
 # 0.03 (released --mask-loss-weight) * sqrt(L H / (N S)) with L=6, H=8, N=8192, S=30: see the module docstring
 PAPER_ALPHA_SUMMED = 0.03

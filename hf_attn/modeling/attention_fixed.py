@@ -26,18 +26,20 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import Hyperparameter, Preset, float32_autocast_off, weighted_values
 from .attention_positional import (
     PositionalAttention,
     check_length,
     check_right_padding,
     positional_softmax,
 )
-from .attention_ran import RAN_PAPER
+from .citations import CITATIONS
+from .hyperparameters import Hyperparameter, Preset
+from .kernels import float32_autocast_off, weighted_values
 
-HC_PAPER = "You, Sun & Iyyer 2020, Hard-Coded Gaussian Attention for Neural Machine Translation (ACL)"
-SYN_PAPER = "Tay et al. 2021, Synthesizer: Rethinking Self-Attention in Transformer Models (ICML)"
-GMM_PAPER = "Zhang & Feng 2021, Modeling Concentrated Cross-Attention for NMT with Gaussian Mixture Model"
+HC_PAPER = CITATIONS["hard-coded-gaussian"]
+SYN_PAPER = CITATIONS["synthesizer"]
+GMM_PAPER = CITATIONS["gmm"]
+RAN_PAPER = CITATIONS["ran"]
 SYNTHESIZER_INITS = ("xavier_uniform", "ones")
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

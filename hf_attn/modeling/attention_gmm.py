@@ -35,20 +35,13 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .attention_base import (
-    HfAttnConfigError,
-    Hyperparameter,
-    Preset,
-    VariantAttention,
-    float32_autocast_off,
-    nonempty,
-    weighted_values,
-)
+from .attention_base import VariantAttention
+from .citations import CITATIONS
+from .hyperparameters import HfAttnConfigError, Hyperparameter, Preset
+from .kernels import float32_autocast_off, weighted_values
+from .masking import nonempty
 
-GMM_PAPER = (
-    "Zhang & Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian "
-    "Mixture Model (Findings of EMNLP)"
-)
+GMM_PAPER = CITATIONS["gmm"]
 NORMALIZATIONS = ("approximate", "strict", "synthesis")
 FUSIONS = ("gate", "average", "gmm_only", "dot")
 LAYER_SUBSETS = ("all", "top2", "middle2", "bottom2")

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from .attention_base import HfAttnConfigError, KeepMask, VariantAttention, float32_autocast_off, weighted_values
+from .attention_base import VariantAttention
+from .hyperparameters import HfAttnConfigError
+from .kernels import float32_autocast_off, weighted_values
+from .masking import KeepMask
 
 
 def check_right_padding(keep: KeepMask, variant: str, site: str) -> None:

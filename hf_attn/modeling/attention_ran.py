@@ -33,10 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_base import HfAttnConfigError, Hyperparameter, Preset, float32_autocast_off
 from .attention_positional import PositionalAttention, check_length, check_right_padding, positional_softmax
+from .citations import CITATIONS
+from .hyperparameters import HfAttnConfigError, Hyperparameter, Preset
+from .kernels import float32_autocast_off
 
-RAN_PAPER = "Zeng et al. 2021, Recurrent Attention for Neural Machine Translation (EMNLP)"
+RAN_PAPER = CITATIONS["ran"]
 TRANSITIONS = ("ffn", "tanh_layernorm")
 DROP_POSITIONS = ("none", "encoder", "decoder", "both")
 # eval mode computes rows of A_1..A_L in blocks of this many query positions (rows are independent), so short

@@ -22,12 +22,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .attention_base import Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off, weighted_values
+from .attention_base import VariantAttention
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
+from .citations import CITATIONS
+from .hyperparameters import Hyperparameter, Preset, all_sites
+from .kernels import float32_autocast_off, weighted_values
 
 NORMS = ("rmsnorm", "layernorm", "none")
 GAIN_INITS = ("ones", "uniform")
-RELA = "Zhang, Titov & Sennrich 2021, Sparse Attention with Linear Units (EMNLP)"
+RELA = CITATIONS["rela"]
 _RELA_G = all_sites("rela", rela_norm="rmsnorm", rela_gate=True, rela_gain_init="ones")
 
 
@@ -151,7 +154,8 @@ class RelaAttention(VariantAttention):
         weights = keep.zero_hidden(activate(scores, self.activation, self.leaky_slope, inplace=True))
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=ctx.output_attentions)
 
-    def post_merge(self, o):
+    def normalise(self, o):
+        """LN(o) of Eq. 4-5 over the merged heads ``[B,T,d]`` (o itself without a norm: ReLU attention alone)."""
         if self.norm == "none":
             return o
         return rela_norm(o, self.norm, self.eps, *self.norm_params())
@@ -162,7 +166,7 @@ class RelaAttention(VariantAttention):
         if self.norm == "none":
             return self.out_proj(o)
         if not torch.is_grad_enabled() or type(self.out_proj) is not nn.Linear:
-            return self.out_proj(rela_norm(o, self.norm, self.eps, *self.norm_params()))
+            return self.out_proj(self.normalise(o))
         return NormThenProject.apply(o, self.out_proj.weight, self.out_proj.bias, self.norm, self.eps,
                                      *self.norm_params())
 

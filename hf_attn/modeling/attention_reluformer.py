@@ -39,10 +39,14 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from .attention_base import CACHE_KWARG, Hyperparameter, Preset, VariantAttention, all_sites, float32_autocast_off
+from .attention_base import VariantAttention
 from .attention_blockwise import blockwise_relu_attention, use_blocks
+from .cache import CACHE_KWARG
+from .citations import CITATIONS
+from .hyperparameters import Hyperparameter, Preset, all_sites
+from .kernels import float32_autocast_off
 
-RELUFORMER_PAPER = "Shen, Guo, Tan, Tang, Wang & Bian 2023, A Study on ReLU and Softmax in Transformer (arXiv:2302.06461)"
+RELUFORMER_PAPER = CITATIONS["reluformer"]
 VARIANT = "reluformer"
 
 

@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import torch
 
-from .attention_base import (
-    Preset,
-    VariantAttention,
-    all_sites,
-    float32_autocast_off,
-    softmax_attention,
-    weighted_values,
-)
+from .attention_base import VariantAttention
+from .citations import CITATIONS
+from .hyperparameters import Preset, all_sites
+from .kernels import float32_autocast_off, softmax_attention, weighted_values
 
 try:  # optional extra: pip install entmax
     from entmax import entmax15, sparsemax
 except ImportError:  # pragma: no cover - exercised by a test that hides the package
     entmax15 = sparsemax = None
 
-RELA_PAPER = "Zhang, Titov & Sennrich 2021, Sparse Attention with Linear Units (EMNLP)"
+RELA_PAPER = CITATIONS["rela"]
 
 # A finite fill for masked scores: entmax's sort/threshold never selects them, and no -inf can turn into NaN.
 MASKED_SCORE = -1e9

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from huggingface_hub.dataclasses import strict
 from transformers import BartConfig, MarianConfig
 
-from .attention_base import SITES, HfAttnConfigError, Hyperparameter
+from .hyperparameters import SITES, HfAttnConfigError, Hyperparameter, did_you_mean
+from .kernels import register
 from .presets import PRESETS
 from .registry import ATTENTION_VARIANTS
 
@@ -44,13 +45,6 @@ def current_variant_names(choice):
     return RENAMED_VARIANTS.get(choice, choice) if isinstance(choice, str) else choice
 
 
-def _close_matches(value, choices) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(value), list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 @dataclass(repr=False)
 class HfAttnConfigMixin:
     """Fields and validation shared by `HfAttnMarianConfig` and `HfAttnBartConfig`."""
@@ -64,11 +58,12 @@ class HfAttnConfigMixin:
     preset: str | None = None
 
     def __post_init__(self, **kwargs):
+        register()  # the "hf_attn" attention implementation this config's models run under
         declared = hyperparameters()
         unknown = [k for k in kwargs if k.split("_")[0] in _variant_prefixes() and k not in declared]
         if unknown:
             raise HfAttnConfigError(
-                f"unknown attention hyperparameter {unknown[0]!r}{_close_matches(unknown[0], declared)}; "
+                f"unknown attention hyperparameter {unknown[0]!r}{did_you_mean(unknown[0], declared)}; "
                 f"valid ones: {sorted(declared)}"
             )
         for key, hp in declared.items():
@@ -144,7 +139,7 @@ class HfAttnConfigMixin:
             for name in names:
                 if name not in ATTENTION_VARIANTS:
                     raise HfAttnConfigError(
-                        f"{key}={name!r} is not an attention variant{_close_matches(name, ATTENTION_VARIANTS)}; "
+                        f"{key}={name!r} is not an attention variant{did_you_mean(name, ATTENTION_VARIANTS)}; "
                         f"valid variants: {sorted(ATTENTION_VARIANTS)}"
                     )
                 cls = ATTENTION_VARIANTS[name]
@@ -168,7 +163,7 @@ class HfAttnConfigMixin:
         """Build a config from a named preset (see `hf_attn.PRESETS`); ``overrides`` win over the preset."""
         if name not in PRESETS:
             raise HfAttnConfigError(
-                f"unknown preset {name!r}{_close_matches(name, PRESETS)}; valid presets: {sorted(PRESETS)}"
+                f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; valid presets: {sorted(PRESETS)}"
             )
         return cls(**{**PRESETS[name].overrides, "preset": name, **overrides})
 

@@ -20,25 +20,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import BartForConditionalGeneration, GenerationMixin, MarianMTModel
+from transformers import BartForConditionalGeneration, GenerationMixin, MarianMTModel, initialization as init
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import BartAttention
 from transformers.models.marian.modeling_marian import MarianAttention
 
-from .attention_base import (
-    ATTN_IMPLEMENTATION,
-    CACHE_KWARG,
-    FORWARD_STATE_KWARG,
-    SITES,
-    ForwardState,
-    HfAttnCache,
-    HfAttnConfigError,
-    VariantAttention,
-    attention_class,
-    is_prepared_keep_mask,
-    pop_cache,
-)
+from .attention_base import VariantAttention, attention_class
+from .cache import CACHE_KWARG, HfAttnCache, pop_cache
 from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
+from .forward_state import FORWARD_STATE_KWARG, ForwardState
+from .hyperparameters import SITES, HfAttnConfigError
+from .kernels import ATTN_IMPLEMENTATION, register
+from .masking import is_prepared_keep_mask
 from .registry import ATTENTION_VARIANTS
 
 
@@ -125,6 +119,7 @@ class HfAttnModelMixin:
         # the config path: from_pretrained(..., attn_implementation=), from_config(...), config._attn_implementation
         requested = config._attn_implementation
         check_attn_implementation(requested, {v for layout in config.attention_layout().values() for v in layout})
+        register()
         config._attn_implementation = ATTN_IMPLEMENTATION  # not saved in config.json: forced on every load
         super().__init__(config)
         self.config._attn_implementation = ATTN_IMPLEMENTATION
@@ -212,8 +207,6 @@ class HfAttnModelMixin:
     def initialize_weights(self):
         """Base init, then each variant's own parameters (`transformers.initialization` helpers skip loaded
         tensors, so a warm start keeps every weight it loaded)."""
-        from transformers import initialization as init
-
         super().initialize_weights()
         for module in self.attention_modules():
             if isinstance(module, VariantAttention):  # (the stock modules, before the swap in __init__)
@@ -236,8 +229,6 @@ class HfAttnModelMixin:
         **kwargs,
     ) -> HfAttnSeq2SeqLMOutput:
         """The base model's forward; ``output_attention_details=True`` also returns the variants' internal maps."""
-        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-
         cache = pop_cache(cache, kwargs)  # (``past_key_values`` before transformers 5.24)
         if isinstance(cache, EncoderDecoderCache):  # decoding state lives in the cache
             cache = HfAttnCache.wrap(cache)

@@ -12,6 +12,7 @@ whose questions and rules were fixed before their runs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -20,16 +21,33 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
 
 from ..analysis.common import bucket_labels, bucket_of, pyplot, save_figure, words
 from ..bench.results import BenchmarkResult, NotABenchmarkResult, load_result
+from ..data import load_corpus
 from ..errors import HfAttnInputError
 from ..io_utils import dumps_strict, replace_marked_block
+from ..modeling.hyperparameters import SITES
+from ..training.args import parse_train_args
 from .claims import claims_section, delta_ci
-from .seeds import (MIN_SEEDS, complete, corpus_score, group_name, group_records, group_title, mean_sd, p_text,
-                    run_stats, scorer, seed_bootstrap, seed_delta)
+from .matrix import RunSpec
+from .seeds import (
+    MIN_SEEDS,
+    complete,
+    corpus_score,
+    group_name,
+    group_records,
+    group_title,
+    mean_sd,
+    p_text,
+    run_stats,
+    scorer,
+    seed_bootstrap,
+    seed_delta,
+)
 
-SITES = ("encoder", "decoder", "cross")
 STATS = ("sparsity", "null_rate", "entropy", "head_diversity")
 LENGTH_EDGES = (10, 20, 30)  # source words; Bible verses (John) run 3-54 words, median 20, 12% over 30
 
@@ -58,8 +76,6 @@ def _flag(text: str) -> str:
 def test_data_name(record: dict) -> str:
     """The cache name of a record's test split: its pair, and a hash of the data flags it was given (if any), so that
     every seed, budget and recipe flag of one pair shares one file."""
-    import hashlib
-
     spec, args = record["spec"], list(record["spec"].get("train_args") or ())
     data = [f"{_flag(a)}={a.split('=', 1)[1] if '=' in a else args[i + 1]}" for i, a in enumerate(args)
             if a.startswith("--") and _flag(a) in DATA_FLAGS and ("=" in a or i + 1 < len(args))]
@@ -69,10 +85,6 @@ def test_data_name(record: dict) -> str:
 
 def _test_split(output_dir: Path, record: dict) -> tuple[list[str], list[str]]:
     """The test sources and references of a record's data, read from its data and cached in ``references/``."""
-    from ..data import load_corpus
-    from ..training.args import parse_train_args
-    from .runner import RunSpec
-
     spec = dict(record["spec"], train_args=tuple(record["spec"].get("train_args") or ()))
     hargs, _, _, _ = parse_train_args(RunSpec(**spec).train_argv(Path("unused"), False))
     corpus = load_corpus(hargs.corpus, hargs.source, hargs.target, hargs.train_file, hargs.validation_file,
@@ -135,10 +147,6 @@ def paired_bootstrap(baseline: list[str], system: list[str], references: list[st
 
     sacrebleu's `PairedTest` (test_type "bs") gives the p-value and each system's 95% interval; the interval of the
     difference is taken from the same resamples (sacrebleu's seed, its sufficient statistics)."""
-    import numpy as np
-    from sacrebleu.metrics import BLEU, CHRF
-    from sacrebleu.significance import PairedTest
-
     if not (len(baseline) == len(system) == len(references)):
         raise ValueError(f"paired bootstrap needs equal lengths: {len(baseline)}, {len(system)}, {len(references)}")
     metrics = {"BLEU": BLEU(), "chrF": CHRF()}

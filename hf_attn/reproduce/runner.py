@@ -15,133 +15,45 @@ papers' "does not converge" rows) and not tried again; delete its record to retr
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
+import torch
+from tqdm.auto import tqdm
+
+from ..analysis.calibration import calibration_maps, calibration_modules
+from ..analysis.gmm import gate_values, gmm_modules, mean_gate_per_layer
+from ..analysis.probe import source_probe
+from ..analysis.stats import attention_report, top_p_mass
 from ..errors import PREEMPTED_EXIT, HfAttnBusy, HfAttnInputError, HfAttnPreempted
 from ..io_utils import dumps_strict
+from ..rundir import load_model_dir, run_pairs
+from ..training.args import parse_train_args
+from ..training.checkpoints import RunLock, newest_complete_checkpoint
+from ..training.run import train
+from ..training.trainer import FirstSignal
+from ..training.validate import check_model_flags, check_train_flags
+from .matrix import RunSpec, csv_values, experiment_specs, matrix, record_path
+from .report import write_report
 
 RECORD_VERSION = 1
 BUSY_EXIT = 73  # a child found its run directory locked by another matrix's run: that run is not trained twice
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """One cell of the matrix; ``name`` identifies it in ``runs_dir`` and in the report's records."""
-
-    preset: str
-    source: str
-    target: str
-    steps: int
-    seed: int
-    base: str = "marian"
-    train_args: tuple = field(default_factory=tuple)
-
-    @property
-    def pair(self) -> str:
-        return f"{self.source}-{self.target}"
-
-    @property
-    def setup(self) -> str:
-        """Everything but the preset: runs with the same setup are compared with each other (and with softmax)."""
-        extra = f"_x{hashlib.sha1(' '.join(self.train_args).encode()).hexdigest()[:6]}" if self.train_args else ""
-        return f"{'' if self.base == 'marian' else self.base + '_'}{self.pair}_{self.steps}steps_seed{self.seed}{extra}"
-
-    @property
-    def name(self) -> str:
-        return f"{self.setup}_{self.preset}"
-
-    def train_argv(self, output_dir: Path, resume: bool) -> list[str]:
-        argv = ["--preset", self.preset, "--base", self.base, "--source", self.source, "--target", self.target,
-                "--max_steps", str(self.steps), "--seed", str(self.seed), "--output_dir", str(output_dir),
-                *self.train_args]
-        return argv + (["--resume"] if resume else [])
-
-
-def _csv(text: str, flag: str, kind=str) -> list:
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    try:
-        items = [kind(x) for x in items]
-    except ValueError:
-        raise HfAttnInputError(f"{flag} {text!r}: give comma-separated {kind.__name__} values") from None
-    if not items:
-        raise HfAttnInputError(f"{flag} {text!r}: give at least one value")
-    return items
-
-
-def matrix(presets, pairs, steps, seeds, base="marian", train_args=()) -> list[RunSpec]:
-    """Every (pair, steps, seed, preset) combination, softmax first within a setup (it is every run's baseline)."""
-    from .. import PRESETS
-
-    for p in presets:
-        if p not in PRESETS:
-            import difflib
-
-            close = difflib.get_close_matches(p, list(PRESETS), n=1)
-            raise HfAttnInputError(f"--presets: {p!r} is not a preset{f' (did you mean {close[0]!r}?)' if close else ''}"
-                                   "; `hf-attn presets` lists them")
-    for pair in pairs:
-        if pair.count("-") != 1 or not all(pair.split("-")):
-            raise HfAttnInputError(f"--pairs: {pair!r} is not SOURCE-TARGET, e.g. de-en or ru-en (`hf-attn corpora`)")
-    for n in steps:
-        if n < 1:
-            raise HfAttnInputError(f"--steps {n}: need at least 1 training step")
-    for s in seeds:
-        if not 0 <= s < 2 ** 32:
-            raise HfAttnInputError(f"--seeds {s}: need seeds in [0, {2 ** 32 - 1}]")
-    ordered = sorted(presets, key=lambda p: p != "softmax")
-    return [RunSpec(p, *pair.split("-"), n, s, base, tuple(train_args))
-            for pair in pairs for n in steps for s in seeds for p in ordered]
-
-
-def experiment_specs(path: Path, only: list[str] | None = None) -> list[RunSpec]:
-    """The runs of an experiments file (`results/experiments.json`): every cell ``PRESET@ARM`` of every experiment
-    (or of those named in ``only``), at the file's seeds, pair and base and the experiment's step budget, with the
-    arm's extra `hf-attn train` flags; in file order, each run once."""
-    try:
-        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise HfAttnInputError(f"--experiments {str(path)!r}: cannot read it as JSON ({e})") from None
-    known = [x["id"] for x in cfg["experiments"]]
-    for name in only or ():
-        if name not in known:
-            raise HfAttnInputError(f"--only {name!r} is not an experiment of {str(path)!r}; valid: {', '.join(known)}")
-    source, target = cfg["pair"].split("-")
-    specs: dict[str, RunSpec] = {}
-    for x in cfg["experiments"]:
-        if only and x["id"] not in only:
-            continue
-        for cell in x["cells"]:
-            preset, arm = cell.split("@")
-            for seed in cfg["seeds"]:
-                spec = RunSpec(preset, source, target, x["steps"], seed, cfg.get("base", "marian"), tuple(x["arms"][arm]))
-                specs.setdefault(spec.name, spec)
-    matrix([s.preset for s in specs.values()], [cfg["pair"]], [1], [0])  # presets and pair checked as in a matrix
-    return list(specs.values())
-
-
 # -------------------------------------------------------------------------------------------------- one run
-def record_path(output_dir: Path, spec: RunSpec) -> Path:
-    return Path(output_dir) / "runs" / f"{spec.name}.json"
-
-
 def _complete_checkpoint(run_dir: Path) -> bool:
-    from ..training.checkpoints import newest_complete_checkpoint
-
     return newest_complete_checkpoint(run_dir)[0] is not None
 
 
 def check_train_args(specs: list[RunSpec], runs_dir: Path) -> None:
     """The `hf-attn train` flags of the matrix (and those after --), checked before any run starts."""
-    from ..training.args import parse_train_args
-    from ..training.validate import check_model_flags, check_train_flags
-
     for spec in specs:
         hargs, targs, overrides, _ = parse_train_args(spec.train_argv(Path(runs_dir) / spec.name, False))
         check_train_flags(hargs, targs)
@@ -150,9 +62,6 @@ def check_train_args(specs: list[RunSpec], runs_dir: Path) -> None:
 
 def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 200) -> dict:
     """Train (or resume, or reuse) one run and write its record; returns the record."""
-    from ..training.args import parse_train_args
-    from ..training.run import train
-
     run_dir = Path(runs_dir) / spec.name
     results = run_dir / "results.json"
     record = {"version": RECORD_VERSION, "name": spec.name, "setup": spec.setup, "spec": asdict(spec),
@@ -185,10 +94,6 @@ def _write_record(output_dir: Path, spec: RunSpec, record: dict, hyps: list[str]
 
 def analyse_run(run_dir: Path, sentences: int = 200) -> dict:
     """Probe, attention statistics and the variant's own figures, on the first ``sentences`` pairs."""
-    from ..analysis.probe import source_probe
-    from ..analysis.report import attention_report
-    from ..rundir import load_model_dir, run_pairs
-
     model, tokenizer = load_model_dir(str(run_dir))
     model.eval()
     val_src, val_ref, _, _ = run_pairs(str(run_dir), "validation", max_samples=sentences)
@@ -204,10 +109,6 @@ def variant_figures(model, tokenizer, sources, references, batch_size: int = 16)
     """GMM with the gate (gmm_fusion='gate'; the other fusions have none): mean gate per decoder layer (the
     mixture's share, Eq. 13). Calibration: the masks' mean, the share of
     source tokens a mask removes (m < 0.5) and the share of the importance 1 - m held by the top 10% of tokens."""
-    from ..analysis.calibration import calibration_maps, calibration_modules
-    from ..analysis.gmm import gate_values, gmm_modules, mean_gate_per_layer
-    from ..analysis.stats import top_p_mass
-
     batches = []
     for start in range(0, len(sources), batch_size):
         enc = tokenizer(sources[start : start + batch_size], text_target=references[start : start + batch_size],
@@ -250,11 +151,6 @@ def _child_env(threads: int | None) -> dict:
 def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int = 1, threads: int | None = None,
                sentences: int = 200) -> list[str]:
     """Run every spec without a record, ``jobs`` at a time, each in a child process; returns the failed names."""
-    from tqdm.auto import tqdm
-
-    from ..training.checkpoints import RunLock
-    from ..training.trainer import FirstSignal
-
     todo = [s for s in specs if not record_path(output_dir, s).is_file()]
     print(f"[hf-attn] reproduce: {len(specs)} runs, {len(specs) - len(todo)} already recorded, {len(todo)} to run "
           f"({jobs} at a time)", flush=True)
@@ -323,9 +219,6 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
 
 def report_lock(output_dir: Path):
     """An exclusive lock on ``output_dir/.report.lock`` (waits for another writer): reports never interleave."""
-    import contextlib
-    import fcntl
-
     @contextlib.contextmanager
     def held():
         Path(output_dir).mkdir(parents=True, exist_ok=True)
@@ -350,8 +243,6 @@ def remember_plan(output_dir: Path, specs: list[RunSpec]) -> None:
 
 def reproduce(a, train_args: list[str], command: str) -> int:
     """`hf-attn reproduce` (options ``a`` from the CLI's parser; ``train_args`` go to every run)."""
-    from .report import write_report
-
     for flag, v, lo in (("--jobs", a.jobs, 1), ("--sentences", a.sentences, 2), ("--bootstrap", a.bootstrap, 100)):
         if v < lo:
             raise HfAttnInputError(f"{flag} {v}: need at least {lo}")
@@ -367,10 +258,10 @@ def reproduce(a, train_args: list[str], command: str) -> int:
         if a.experiments:
             if train_args:
                 raise HfAttnInputError("flags after -- with --experiments: each experiment's arms set the flags of its runs")
-            specs = experiment_specs(Path(a.experiments), _csv(a.only, "--only") if a.only else None)
+            specs = experiment_specs(Path(a.experiments), csv_values(a.only, "--only") if a.only else None)
         else:
-            specs = matrix(_csv(a.presets, "--presets"), _csv(a.pairs, "--pairs"), _csv(a.steps, "--steps", int),
-                           _csv(a.seeds, "--seeds", int), a.base, train_args)
+            specs = matrix(csv_values(a.presets, "--presets"), csv_values(a.pairs, "--pairs"), csv_values(a.steps, "--steps", int),
+                           csv_values(a.seeds, "--seeds", int), a.base, train_args)
         check_train_args(specs, Path(a.runs_dir))
         remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)
@@ -391,8 +282,6 @@ def _child(argv: list[str]) -> int:
     spec["train_args"] = tuple(spec.get("train_args") or ())
     threads = os.environ.get("HF_ATTN_THREADS")
     if threads:
-        import torch
-
         torch.set_num_threads(int(threads))
     try:
         run_one(RunSpec(**spec), Path(runs_dir), Path(output_dir), int(sentences))

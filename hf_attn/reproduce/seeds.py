@@ -15,6 +15,7 @@ import statistics
 from collections import defaultdict
 
 import numpy as np
+from sacrebleu.metrics import BLEU, CHRF
 
 from ..errors import HfAttnInputError
 
@@ -92,8 +93,6 @@ def p_text(p: float) -> str:
 def scorer(name: str, references: tuple):
     """sacrebleu's ``name`` ("bleu" or "chrf", default settings as the records' scores) with ``references``
     preprocessed once."""
-    from sacrebleu.metrics import BLEU, CHRF
-
     return {"bleu": BLEU, "chrf": CHRF}[name](references=[list(references)])
 
 

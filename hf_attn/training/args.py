@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 import sys
 from dataclasses import dataclass, field
 from typing import Optional
+
+import torch
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+from ..errors import HfAttnInputError
+from ..modeling import HfAttnConfigError
+from ..modeling.bases import BASES
+from ..modeling.configuration_hf_attn import hyperparameters as declared
 
 # hf-attn's defaults for the main job (a small Marian that trains on 2 CPU cores: d_model 256, 3+3 layers,
 # 4 heads, FFN 1024, lr 1e-3 inverse-sqrt, 300 warm-up steps, label smoothing 0.1, batch 64 verses).
@@ -135,11 +144,7 @@ def _flag_type(tp) -> type | None:
 
 def model_config_arguments(base: str = "marian"):
     """A dataclass with one Optional field per config field of the base (and every variant hyperparameter)."""
-    from transformers import Seq2SeqTrainingArguments
-
-    from .. import HfAttnBartConfig, HfAttnMarianConfig
-
-    cfg_cls = HfAttnMarianConfig if base == "marian" else HfAttnBartConfig
+    cfg_cls = BASES[base].config_class
     taken = {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)} | {f.name for f in dataclasses.fields(HfAttnArguments)}
     specs = []
     for f in dataclasses.fields(cfg_cls):
@@ -176,8 +181,6 @@ _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
 def hyperparameters() -> dict:
-    from ..modeling.configuration_hf_attn import hyperparameters as declared
-
     return declared()
 
 
@@ -208,8 +211,6 @@ def hyperparameter_from_text(hp, text: str):
 
 def _hyperparameter_type(hp):
     def parse(text: str):
-        from ..modeling import HfAttnConfigError
-
         value = hyperparameter_from_text(hp, text)
         try:
             if value is not NULL:
@@ -274,8 +275,6 @@ def model_overrides(cfg_args) -> dict:
             try:
                 v = [int(x) for x in v.split(",") if x.strip()]
             except ValueError:
-                from ..errors import HfAttnInputError
-
                 raise HfAttnInputError(f"--{k} {v!r}: give comma-separated layer indices such as 0,2") from None
         out[k] = v
     return out
@@ -291,10 +290,6 @@ def _pre_parse_base(argv: list[str]) -> str:
 
 
 def build_train_parser(argv: list[str] | None = None):
-    from transformers import HfArgumentParser, Seq2SeqTrainingArguments
-
-    from ..errors import HfAttnInputError
-
     argv = sys.argv[1:] if argv is None else argv
     base = _pre_parse_base(argv)
     if base not in ("marian", "bart"):
@@ -324,10 +319,6 @@ def given_flags(argv: list[str]) -> set[str]:
 
 def parse_train_args(argv: list[str] | None = None):
     """(hf-attn args, Seq2SeqTrainingArguments, model overrides dict, the flags given)."""
-    import os
-
-    from ..errors import HfAttnInputError
-
     argv = join_negative_list_values(list(sys.argv[1:] if argv is None else argv))
     parser = build_train_parser(argv)
     given = given_flags(argv)
@@ -338,8 +329,6 @@ def parse_train_args(argv: list[str] | None = None):
         data = "bible" if not (getattr(ns, "train_file", None) or getattr(ns, "dataset", None)) else "data"
         argv += ["--output_dir", os.path.join("runs", f"{getattr(ns, 'preset', 'rela-g')}-{data}-{src}-{tgt}")]
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "use_cpu" not in given:
-        import torch
-
         if not torch.cuda.is_available():
             # `accelerate launch --multi_gpu --num_processes N` / torchrun on a machine without GPUs: without
             # use_cpu, TrainingArguments sets up no process group and every process trains alone

@@ -16,6 +16,16 @@ import re
 import string
 from pathlib import Path
 
+import torch
+import transformers
+from huggingface_hub import ModelCard
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+from ..errors import HfAttnInputError
+from ..modeling import PRESETS
+from ..modeling.bases import BASES, base_of, register_auto_classes
+from ..version import __version__
+
 HF_ATTN_URL = "https://github.com/hf-attn/hf-attn"
 
 
@@ -75,11 +85,6 @@ def _hyperparameter_table(run: dict) -> str:
 
 def render_model_card(run: dict, repo_id: str | None = None) -> str:
     """The README.md of a trained model directory, from its ``results.json`` dict."""
-    import torch
-    import transformers
-
-    from .. import PRESETS, __version__
-
     base = run.get("base", "marian")
     preset = run.get("preset", "softmax")
     p = PRESETS.get(preset)
@@ -147,8 +152,6 @@ def _demote(markdown: str, levels: int = 2) -> str:
 def existing_card(model_dir: Path) -> tuple[str, str | None, str | None]:
     """(kind, Trainer summary, origin line) of ``model_dir/README.md``; kind: "none", "hf-attn", "trainer" (written
     by transformers' Trainer) or "other" (someone's own card, never overwritten)."""
-    from huggingface_hub import ModelCard
-
     readme = model_dir / "README.md"
     if not readme.is_file():
         return "none", None, None
@@ -182,11 +185,7 @@ def trainable_parameters(model) -> int:
 def _param_count(model_dir: Path) -> int | None:
     """`trainable_parameters` of the model in ``model_dir``, built from its config on the meta device (no weights
     read)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
-
-    from .. import swap_attention  # noqa: F401  (registers the hf-attn Auto classes)
-
+    register_auto_classes()
     try:
         config = AutoConfig.from_pretrained(str(model_dir))
         with torch.device("meta"):
@@ -199,14 +198,8 @@ def _param_count(model_dir: Path) -> int | None:
 def render_directory_card(model_dir: Path, repo_id: str | None = None, converted_from: str | None = None,
                           trainer_summary: str | None = None, origin: str | None = None) -> str:
     """The README.md of a model directory without an hf-attn run (no results.json), from its config.json."""
-    import torch
-    import transformers
-    from transformers import AutoConfig
-
-    from .. import PRESETS, __version__
-
     config = AutoConfig.from_pretrained(str(model_dir))
-    base = "bart" if "bart" in config.model_type else "marian"
+    base = (base_of(config) or BASES["marian"]).name
     preset = getattr(config, "preset", None) or "custom"
     p = PRESETS.get(preset)
     layout = config.attention_layout()
@@ -229,8 +222,8 @@ def render_directory_card(model_dir: Path, repo_id: str | None = None, converted
         "model_name": (repo_id or model_dir.resolve().name).split("/")[-1],
         "repo_id": repo_id or str(model_dir),
         "base": base,
-        "base_title": "BART" if base == "bart" else "Marian",
-        "base_class": "BartForConditionalGeneration" if base == "bart" else "MarianMTModel",
+        "base_title": BASES[base].title,
+        "base_class": BASES[base].stock_model_class.__name__,
         "model_class": (config.architectures or ["?"])[0],
         "preset": preset,
         "preset_description": p.description if p else "attention chosen per site in config.json",
@@ -255,8 +248,6 @@ def write_model_card(model_dir: str | Path, repo_id: str | None = None, converte
     """Write README.md: the run's card (results.json) or the directory's (config.json), keeping the summary of a
     Trainer card that replaced an earlier one. Someone's own README.md (neither hf-attn's nor a Trainer's) is an
     error, never overwritten."""
-    from ..errors import HfAttnInputError
-
     model_dir = Path(model_dir)
     kind, trainer_summary, origin = existing_card(model_dir)
     if kind == "other":

@@ -17,6 +17,9 @@ import socket
 import time
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file
+
 from ..errors import HfAttnBusy, HfAttnInputError
 from ..rundir import weights_ok
 
@@ -133,8 +136,6 @@ def complete_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]
 
 def checkpoint_weights(d: Path) -> dict:
     """The tensors of a checkpoint's ``model.safetensors``."""
-    from safetensors.torch import load_file
-
     path = Path(d) / "model.safetensors"
     if not path.is_file():
         raise HfAttnInputError(f"{str(d)!r} has no model.safetensors to average; give checkpoints saved by `hf-attn train`")
@@ -146,8 +147,6 @@ def average_weights(model, states: list[dict]) -> None:
     e.g. a step counter, taken from the newest state). Checkpoint averaging as in Vaswani et al. 2017 (Sec. 6.1).
     Every trainable model tensor must come from the states, directly or through a tied weight (fixed tensors such
     as Marian's sinusoidal positions are not saved, and stay as they are)."""
-    import torch
-
     keys = [k for k in states[-1] if all(k in s for s in states)]
     avg = {}
     for k in keys:

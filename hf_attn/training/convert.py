@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from huggingface_hub import HfApi, constants
+
+from ..data import load_tokenizer
 from ..errors import HfAttnInputError
+from ..swap import swap_attention
+from .cards import write_model_card
+from .validate import check_preset
 
 
 def _first_line(e: Exception) -> str:
@@ -17,8 +23,6 @@ def _first_line(e: Exception) -> str:
 def swapped_model(source: str, preset: str, tokenizer, label: str, **overrides):
     """`swap_attention` on ``source``, checked to load and to have an embedding for every token of ``tokenizer``;
     errors are one line starting with ``label`` (the flag or path the user gave)."""
-    from .. import swap_attention
-
     try:
         model = swap_attention(source, preset, **overrides)
     except OSError as e:
@@ -37,8 +41,6 @@ def check_hub(repo_id: str, timeout: float = 5.0) -> None:
     """A Hub id must be reachable before anything is loaded: offline (HF_HUB_OFFLINE=1) or unreachable within
     ``timeout`` seconds, one line at once, instead of transformers' retries (about a minute) and a misleading
     tokenizer error."""
-    from huggingface_hub import HfApi, constants
-
     fix = ("convert a local directory instead (`hf-attn convert DIR OUTPUT_DIR`), after downloading it where the "
            f"Hub is reachable: `hf download {repo_id} --local-dir DIR`")
     if constants.HF_HUB_OFFLINE:
@@ -88,11 +90,7 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
                        **overrides) -> Path:
     """Swap ``preset``'s attention into the checkpoint ``source`` (a directory or Hub id; see `swap_attention`) and
     save model, tokenizer (from ``tokenizer``, default ``source``) and card to ``output_dir`` (new or empty)."""
-    from ..data import load_tokenizer
-    from .cards import write_model_card
-    from .run import _check_preset
-
-    _check_preset(preset)
+    check_preset(preset)
     local = Path(source).expanduser()
     if not local.is_dir() and (local.is_absolute() or source.startswith((".", "~")) or source.count("/") > 1):
         raise HfAttnInputError(f"{source!r}: no such model directory; give a Marian/BART or hf-attn model directory "

@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import huggingface_hub
+
 from ..errors import HfAttnInputError
+from ..rundir import check_model_files
+from .cards import existing_card, write_model_card
 
 UPLOAD_PATTERNS = ["*.json", "*.py", "*.safetensors", "*.spm", "*.model", "*.txt", "README.md"]
 IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", ".tmp-checkpoint/**", "runs/**", "*.pt", "*.pth", "*.bin", "training_args.bin",
@@ -32,7 +36,6 @@ def check_model_dir(model_dir: str | Path) -> Path:
     except ValueError as e:
         raise HfAttnInputError(f"{str(model_dir)!r}: config.json is not valid JSON ({str(e)[:80]}); re-save the model "
                                "with save_pretrained") from None
-    from ..rundir import check_model_files
 
     check_model_files(str(d))  # weights truncated by an interrupted copy are not uploaded
     for name in set(cfg.get("auto_map", {}).values()):
@@ -45,17 +48,14 @@ def check_model_dir(model_dir: str | Path) -> Path:
 def push_model_dir(model_dir: str | Path, repo_id: str, private: bool | None = None, token: str | None = None,
                    commit_message: str | None = None, revision: str | None = None, write_card: bool = True):
     """Create the repo (if needed) and upload the directory in one commit; returns the commit info."""
-    from huggingface_hub import HfApi
-
     d = check_model_dir(model_dir)
     if "/" not in repo_id and not repo_id.strip():
         raise HfAttnInputError("REPO_ID is empty; give 'user/name'")
     if write_card:  # also brings the hf-attn card back over one that transformers' Trainer wrote
-        from .cards import existing_card, write_model_card
 
         if existing_card(d)[0] != "other":
             write_model_card(d, repo_id)
-    api = HfApi(token=token)
+    api = huggingface_hub.HfApi(token=token)  # (looked up at call time: tests replace it)
     repo = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     repo_id = getattr(repo, "repo_id", repo_id)
     return api.upload_folder(folder_path=str(d), repo_id=repo_id, repo_type="model", revision=revision,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import sacrebleu
 
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict:
     """Corpus BLEU and chrF (sacrebleu defaults: 13a tokenisation, exp smoothing; chrF n=6 beta=2) + signatures."""
-    import sacrebleu
-
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")
     bleu = sacrebleu.metrics.BLEU()

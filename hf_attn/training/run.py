@@ -11,16 +11,32 @@ import json
 import logging
 import os
 import platform
+import shlex
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..errors import HfAttnInputError, HfAttnPreempted
-from ..io_utils import ensure_writable_dir, write_json
-from ..rundir import read_run_args
+import torch
+from transformers import TrainerState, set_seed
+
 from ..bench.memory import keep_freed_memory, peak_rss_mib
-from .cards import trainable_parameters
-from .trainer import StopOnSignalCallback
+from ..data import get_tokenizer, load_corpus, load_tokenizer, make_collator, special_token_config, tokenize_split
+from ..errors import HfAttnInputError, HfAttnPreempted
+from ..generation import decoding_settings, translate_texts
+from ..io_utils import ensure_writable_dir, write_json
+from ..modeling import PRESETS
+from ..modeling.bases import BASES, base_of
+from ..rundir import load_model_dir, read_run_args, run_pairs
+from .args import MODEL_DEFAULTS, PAPER_RECIPE, PAPER_RECIPE_CITATION
+from .cards import trainable_parameters, write_model_card
+from .checkpoints import RunLock, average_last_checkpoints, newest_complete_checkpoint
+from .convert import swapped_model
+from .hub import push_model_dir
+from .metrics import Seq2SeqMetrics, score_translations
+from .reference import reference_for
+from .trainer import HfAttnSeq2SeqTrainer, StopOnSignalCallback, TimeBudgetCallback
+from .validate import check_cache_dir, check_model_flags, check_train_flags
 
 logger = logging.getLogger("hf_attn")
 
@@ -29,27 +45,6 @@ def say(msg: str) -> None:
     """A progress line, from the main process only when several are launched (accelerate/torchrun)."""
     if os.environ.get("RANK", "0") == "0":
         print(f"[hf-attn] {msg}", flush=True)
-
-
-def model_classes(base: str):
-    from .. import HfAttnBartConfig, HfAttnBartForConditionalGeneration, HfAttnMarianConfig, HfAttnMarianMTModel
-
-    if base == "bart":
-        return HfAttnBartConfig, HfAttnBartForConditionalGeneration
-    return HfAttnMarianConfig, HfAttnMarianMTModel
-
-
-def _check_preset(name: str) -> None:
-    from .. import PRESETS
-
-    if name not in PRESETS:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(PRESETS), n=1)
-        raise HfAttnInputError(
-            f"--preset {name!r} is not a preset{f' (did you mean {close[0]!r}?)' if close else ''}; valid: "
-            f"{', '.join(PRESETS)} (`hf-attn presets` describes them)"
-        )
 
 
 def configure_generation(model, tokenizer, base: str, num_beams: int, length_penalty: float, max_length: int) -> None:
@@ -84,8 +79,6 @@ def init_embeddings(model, std: float | None) -> float:
     the ReLA authors' zero toolkit do; with the sqrt(d_model) embedding scale the tokens then enter at unit scale,
     like the sinusoidal positions. Marian's N(0, 0.02) leaves them 3x smaller, and ReLA-g then never learns to read
     the source within the main job's 600 steps (BLEU 0.9; its loss is the same with shuffled sources)."""
-    import torch
-
     std = embedding_std(model.config, std)
     if std == model.config.init_std:
         return std
@@ -107,8 +100,6 @@ def init_layers(model, scheme: str) -> int:
     ``scheme`` ("xavier": fairseq's init, `_XAVIER_GAINS`, zero biases; "marian": leave the model's N(0, init_std)).
     Variant parameters (GMM's FFNs, calibration's mask network, ReLA's gains, RAN's maps) keep their own init, and
     so do the embeddings (`init_embeddings`). Returns the number of layers re-initialised."""
-    import torch
-
     if scheme == "marian":
         return 0
     count = 0
@@ -156,8 +147,6 @@ def scaled_anneal(preset: str, max_steps: int, overrides: dict) -> dict:
     150k steps, so r ends at exp(-1.5) = 0.22. Under a shorter step budget the same T leaves r >= 0.99: the run would
     be the baseline. A from-scratch run with an annealing preset therefore gets T = max_steps / 1.5 (the paper's end
     ratio), unless --calibration_anneal_steps is given or the budget is wall-clock time."""
-    from .. import PRESETS
-
     fusion = overrides.get("calibration_fusion", PRESETS[preset].overrides.get("calibration_fusion"))
     if fusion != "anneal" or "calibration_anneal_steps" in overrides or max_steps <= 0:
         return {}
@@ -165,14 +154,10 @@ def scaled_anneal(preset: str, max_steps: int, overrides: dict) -> dict:
 
 
 def _last_checkpoint(output_dir: Path) -> str | None:
-    from .checkpoints import newest_complete_checkpoint
-
     return newest_complete_checkpoint(output_dir)[0]
 
 
 def _device_name(targs, kept_memory: bool = False) -> str:
-    import torch
-
     dev = str(targs.device)
     if dev.startswith("cuda") and torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} x{max(1, targs.world_size)}"
@@ -183,8 +168,6 @@ def _device_name(targs, kept_memory: bool = False) -> str:
 def _prepare_output_dir(out_dir: Path, hargs, given: set) -> tuple[Path, str | None]:
     """The output directory and the checkpoint to resume from (the newest complete one; incomplete newer ones are
     named and skipped); on --resume the interrupted run's data/preset/base flags are taken from run_args.json."""
-    from .checkpoints import newest_complete_checkpoint
-
     last, skipped = newest_complete_checkpoint(out_dir)
     note = f" (skipped incomplete {', '.join(skipped)})" if skipped else ""
     if hargs.resume and last is None:
@@ -216,9 +199,6 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
     """Run the main job; returns the results dict on the main process (None on the others).
 
     Every flag is checked first; the output directory is then locked (one run at a time) until the run ends."""
-    from .checkpoints import RunLock
-    from .validate import check_train_flags
-
     check_train_flags(hargs, targs)
     out_dir = ensure_writable_dir(targs.output_dir)
     with RunLock(out_dir):
@@ -228,8 +208,6 @@ def train(hargs, targs, overrides: dict | None = None, given: set | None = None,
 def _run_tokenizer(hargs, targs, out_dir: Path, corpus, base: str):
     """(tokenizer, description): the interrupted run's on --resume, a saved one (--tokenizer_name/--init_from), or a
     SentencePiece model trained on the training split (cached)."""
-    from ..data import get_tokenizer, load_tokenizer
-
     tok_source = None
     if hargs.resume and (out_dir / "tokenizer_config.json").is_file():
         tokenizer, tok_source = load_tokenizer(out_dir), str(out_dir)
@@ -255,10 +233,7 @@ def _run_tokenizer(hargs, targs, out_dir: Path, corpus, base: str):
 def _build_model(hargs, targs, last, overrides: dict, tokenizer, base: str):
     """(model, base, token-embedding init std): from the checkpoint on --resume, warm-started with --init_from, or
     from scratch with the preset; generation settings configured."""
-    from ..data import special_token_config
-    from .args import MODEL_DEFAULTS
-
-    cfg_cls, model_cls = model_classes(base)
+    cfg_cls, model_cls = BASES[base].config_class, BASES[base].model_class
     defaults = MODEL_DEFAULTS
     embedding_init_std = None  # a warm-started run keeps its embeddings
     if hargs.resume:
@@ -266,10 +241,8 @@ def _build_model(hargs, targs, last, overrides: dict, tokenizer, base: str):
         if not hargs.init_from:
             embedding_init_std = embedding_std(model.config, hargs.embedding_init_std)
     elif hargs.init_from:
-        from .convert import swapped_model
-
         model = swapped_model(hargs.init_from, hargs.preset, tokenizer, f"--init_from {hargs.init_from!r}", **overrides)
-        base = "bart" if "bart" in model.config.model_type else "marian"
+        base = (base_of(model.config) or BASES["marian"]).name
     else:
         kw = {**defaults, **special_token_config(tokenizer, base), **scaled_anneal(hargs.preset, targs.max_steps, overrides),
               **overrides}
@@ -285,14 +258,10 @@ def _build_model(hargs, targs, last, overrides: dict, tokenizer, base: str):
 def _fit(trainer, hargs, targs, last, out_dir: Path) -> tuple[bool, float, int]:
     """Train (or skip a finished checkpoint); (done before, training seconds, target tokens over all processes).
     Ctrl-C and a non-finite loss end here with one line that says how to go on."""
-    import torch
-
     t_train = time.time()
     done = _finished_checkpoint(last, targs.max_steps) if hargs.resume else False
     try:
         if done:  # the run finished training and stopped later (test decoding): Trainer would take one more step
-            from transformers import TrainerState
-
             trainer.state = TrainerState.load_from_json(str(Path(last) / "trainer_state.json"))
             say(f"{Path(last).name} already reached --max_steps {targs.max_steps}: no more training")
         else:
@@ -349,9 +318,6 @@ def evaluation_warnings(train_sources: list[str], test_sources: list[str], hypot
 
 def preempted_message(signal_name: str, step: int, checkpoint: str | None) -> str:
     """The line `hf-attn train` ends with when a signal stopped it: the checkpoint and the command that resumes."""
-    import shlex
-    import sys
-
     argv = sys.argv[1:]
     if argv[:1] == ["train"] and "--resume" not in argv:
         again = f"`{shlex.join(['hf-attn', *argv, '--resume'])}`"
@@ -363,11 +329,6 @@ def preempted_message(signal_name: str, step: int, checkpoint: str | None) -> st
 
 def _finish(c) -> dict:
     """Translate and score the test split, write results.json and the model card, push if asked (main process)."""
-    from .cards import write_model_card
-    from ..generation import translate_texts
-    from .metrics import score_translations
-    from .reference import reference_for
-
     hargs, targs, out_dir = c.hargs, c.targs, c.out_dir
     model = c.trainer.model
     model.eval()
@@ -389,8 +350,6 @@ def _finish(c) -> dict:
     write_model_card(out_dir, hargs.hub_repo_id or targs.hub_model_id)
     say(summary_line(run))
     if c.push_after:
-        from .hub import push_model_dir
-
         repo = hargs.hub_repo_id or targs.hub_model_id
         info = push_model_dir(out_dir, repo, private=targs.hub_private_repo, token=targs.hub_token)
         say(f"pushed to {getattr(info, 'commit_url', repo)}")
@@ -412,8 +371,6 @@ def _last_aux(log_history: list[dict], val: dict) -> dict:
 
 def _results(c, model, src_test: list[str], hyps: list[str]) -> dict:
     """results.json (strict JSON once written: a non-finite number becomes null)."""
-    from .args import PAPER_RECIPE, PAPER_RECIPE_CITATION
-
     hargs, targs, trainer, corpus, scores, val = c.hargs, c.targs, c.trainer, c.corpus, c.scores, c.val
     train_seconds, tokens, dec_seconds = c.train_seconds, c.tokens, c.dec_seconds
     last_train_loss = c.loss_hist[-1] if c.loss_hist else None
@@ -468,10 +425,6 @@ def _results(c, model, src_test: list[str], hyps: list[str]) -> dict:
 
 
 def _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra_callbacks):
-    from ..data import make_collator
-    from .metrics import Seq2SeqMetrics
-    from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback
-
     if targs.predict_with_generate and targs.eval_strategy != "no":
         targs.generation_num_beams = targs.generation_num_beams or hargs.num_beams
     budget = TimeBudgetCallback(hargs.minutes, TimeBudgetCallback.elapsed_in(last if hargs.resume else None))
@@ -487,11 +440,6 @@ def _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra
 
 def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> dict | None:
     """Data -> tokenizer -> model -> Trainer -> validation loss and the saved model -> `_finish` (test, results)."""
-    from transformers import set_seed
-
-    from ..data import load_corpus, tokenize_split
-    from .validate import check_cache_dir, check_model_flags
-
     overrides = dict(overrides or {})
     given = set(given or ())
     t_start = time.time()
@@ -548,8 +496,6 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     done, train_seconds, tokens = _fit(trainer, hargs, targs, last, out_dir)
     averaged = None
     if hargs.average_checkpoints > 1:
-        from .checkpoints import average_last_checkpoints
-
         averaged = average_last_checkpoints(trainer.model, out_dir, hargs.average_checkpoints, trainer.state.global_step)
         say(f"averaged the weights of {len(averaged)} checkpoints: {', '.join(averaged)}")
     loss_hist = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -598,10 +544,6 @@ def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = No
                  num_beams: int | None = None, length_penalty: float | None = None, batch_size: int = 32,
                  max_samples: int | None = None, write: bool = True) -> dict:
     """Re-score a saved model on its run's split (Bible/files/dataset from run_args.json) or on a file."""
-    from ..rundir import load_model_dir, run_pairs
-    from ..generation import decoding_settings, translate_texts
-    from .metrics import score_translations
-
     d = Path(model_dir)
     model, tokenizer = load_model_dir(model_dir)
     src, ref, what, prev = run_pairs(model_dir, split, test_file, source, target, max_samples)

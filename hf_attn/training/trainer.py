@@ -21,17 +21,20 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import signal
+import threading
 import time
 from collections import defaultdict
-
-import shutil
 
 import torch
 from transformers import Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
+from transformers.trainer_utils import rotate_checkpoints
 
-from .checkpoints import TMP_DIR
+from ..errors import PREEMPTION_SIGNALS
+from .checkpoints import TMP_DIR, newest_complete_checkpoint
 
 SAMPLER_STATE = "sampler_state.pt"
 
@@ -161,7 +164,6 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         self.diverged = None
         if resume_from_checkpoint is True:  # Trainer's "the last one": the newest complete one
-            from .checkpoints import newest_complete_checkpoint
 
             resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)[0]
             if resume_from_checkpoint is None:
@@ -178,8 +180,6 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
 
     def _save_checkpoint(self, model, trial) -> None:
         """Write ``checkpoint-N`` under ``.tmp-checkpoint/`` and rename it into place when complete."""
-        from transformers.trainer_utils import rotate_checkpoints
-
         run_dir = super()._get_output_dir(trial)
         name = f"checkpoint-{self.state.global_step}"
         tmp_root = os.path.join(run_dir, TMP_DIR)
@@ -300,7 +300,6 @@ class TimeBudgetCallback(TrainerCallback):
             return 0.0
 
 
-PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")  # how schedulers (SLURM, Kubernetes, spot) end a job
 
 
 class FirstSignal:
@@ -313,9 +312,6 @@ class FirstSignal:
         self._previous: dict = {}
 
     def install(self) -> "FirstSignal":
-        import signal
-        import threading
-
         if threading.current_thread() is threading.main_thread():
             for name in PREEMPTION_SIGNALS:
                 if hasattr(signal, name):  # (SIGUSR1 is POSIX only)
@@ -323,14 +319,10 @@ class FirstSignal:
         return self
 
     def _handle(self, signum, frame) -> None:
-        import signal
-
         if self.name is None:
             self.name, self.signum = signal.Signals(signum).name, signum
 
     def restore(self) -> None:
-        import signal
-
         for name, handler in self._previous.items():
             signal.signal(getattr(signal, name), handler)
         self._previous = {}

@@ -10,7 +10,14 @@ import math
 import os
 from typing import Any, Callable
 
+import accelerate
+
+from ..data.tokenizer import cache_root
 from ..errors import HfAttnInputError
+from ..io_utils import ensure_writable_dir
+from ..modeling import presets
+from ..modeling.bases import get_base
+from .args import MODEL_DEFAULTS
 
 Check = tuple[str, Callable[[Any], bool], str]  # (flag name, check, valid range in words)
 
@@ -101,10 +108,13 @@ def check_flags(table: list[Check], *sources) -> None:
             raise HfAttnInputError(f"--{flag} {value}: need {valid}")
 
 
-def check_train_flags(hargs, targs) -> None:
-    from .run import _check_preset
+def check_preset(name: str) -> None:
+    """One error line for a `--preset` that is not a preset."""
+    presets.check_preset(name, "--preset", f"; valid: {', '.join(presets.PRESETS)} (`hf-attn presets` describes them)")
 
-    _check_preset(hargs.preset)
+
+def check_train_flags(hargs, targs) -> None:
+    check_preset(hargs.preset)
     check_flags(TRAIN_FLAGS, hargs, targs)
     if targs.max_steps == -1 and not hargs.minutes and not targs.num_train_epochs:
         raise HfAttnInputError("--num_train_epochs 0: need a number > 0, or give --max_steps N")
@@ -119,8 +129,6 @@ def check_fsdp_device(targs) -> None:
     every process holding the whole model, without a word. One line instead."""
     wants_fsdp = bool(targs.fsdp) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
     if wants_fsdp and targs.device.type == "cpu":
-        import accelerate
-
         raise HfAttnInputError(
             f"--fsdp: FSDP needs GPU processes; on CPU processes accelerate {accelerate.__version__} leaves FSDP off "
             "and trains with DDP (every process holds the whole model); drop --fsdp (and accelerate's --use_fsdp) to "
@@ -131,16 +139,12 @@ def check_fsdp_device(targs) -> None:
 def check_model_flags(hargs, overrides: dict, resume: bool) -> None:
     """Model config values: dropout probabilities, heads that divide d_model; the config is built (cheap) so that
     what it rejects is rejected now, not after data loading and tokenizer training."""
-    from .args import MODEL_DEFAULTS
-
     for k, v in overrides.items():
         if k.endswith("dropout") and v is not None and not PROBABILITY[0](v):
             raise HfAttnInputError(f"--{k} {v}: need {PROBABILITY[1]}")
     if resume or hargs.init_from:
         return
-    from .run import model_classes
-
-    cfg = model_classes(hargs.base)[0].from_preset(hargs.preset, **{**MODEL_DEFAULTS, **overrides})
+    cfg = get_base(hargs.base).config_class.from_preset(hargs.preset, **{**MODEL_DEFAULTS, **overrides})
     for side in ("encoder", "decoder"):
         heads = getattr(cfg, f"{side}_attention_heads")
         if not isinstance(heads, int) or heads < 1 or cfg.d_model % heads:
@@ -161,8 +165,6 @@ def check_cache_dir(hargs, trains_tokenizer: bool) -> None:
     """The tokenizer cache must be writable when a tokenizer will be trained: checked before the data is loaded."""
     if not trains_tokenizer:
         return
-    from ..data.tokenizer import cache_root
-    from ..io_utils import ensure_writable_dir
 
     if hargs.cache_dir:
         ensure_writable_dir(hargs.cache_dir, "--cache_dir")

@@ -1,0 +1,36 @@
+"""``hf-attn presets [--verbose]``: list the attention presets (and every variant's hyperparameters)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..modeling import ATTENTION_VARIANTS, PRESETS
+
+def run(argv) -> int:
+    ap = argparse.ArgumentParser(prog="hf-attn presets", description="list the attention presets")
+    ap.add_argument("--verbose", "-v", action="store_true",
+                    help="also each preset's settings and paper, and every variant's hyperparameters (type, "
+                         "default, valid values, help): the `hf-attn train` flags")
+    a = ap.parse_args(argv)
+    width = max(len(n) for n in PRESETS)
+    for name, p in PRESETS.items():
+        print(f"{name:<{width}}  {p.description}")
+        if a.verbose:
+            settings = ", ".join(f"{k}={v!r}" for k, v in p.overrides.items())
+            print(f"{'':<{width}}    {settings}\n{'':<{width}}    {p.paper}")
+    if a.verbose:
+        print(describe_variants())
+    return 0
+
+
+def describe_variants() -> str:
+    """Every attention variant: sites, description and its hyperparameters (the `hf-attn train` flags)."""
+    lines = ["", "variants and their hyperparameters (flags of `hf-attn train`: --NAME VALUE):"]
+    for name, cls in ATTENTION_VARIANTS.items():
+        lines += ["", f"{name} (sites: {', '.join(cls.sites)}): {cls.description}"]
+        for hp in cls.hyperparameters:
+            lines.append(f"  --{hp.name} {hp.type_name()}: {hp.valid_values()}; default {hp.initial()!r}")
+            lines.append(f"      {hp.help}")
+        if not cls.hyperparameters:
+            lines.append("  (no hyperparameters)")
+    return "\n".join(lines)

@@ -1,0 +1,158 @@
+"""Declarations shared by the variants and the config: the attention sites, the config error, named presets and
+typed hyperparameters (`Hyperparameter`: type, paper default, valid values, one help line), checked by one generic
+checker."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field
+
+SITES = ("encoder", "decoder", "cross")
+
+
+def did_you_mean(value, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``value``, or "" when none is close: the hint of
+    every "not a valid name" error line (config fields, presets, figures, commands)."""
+    close = difflib.get_close_matches(str(value), list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class HfAttnConfigError(ValueError):
+    """Bad hf-attn configuration: the message names the value, the valid choices and the fix."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named configuration: config overrides (variant per site, layer subsets, hyperparameters) + provenance."""
+
+    name: str
+    description: str
+    paper: str
+    overrides: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    """One variant hyperparameter: a flat config field with a type, the default, its valid values and a help line.
+
+    ``type`` is int, float, bool, str (with ``choices``), ``list[int]`` or ``list[float]`` (non-empty lists; the
+    range applies to each element). ``low``/``high`` bound numbers (``*_open``: the bound itself is excluded);
+    floats must be finite. ``nullable``: None is valid too (its meaning is in ``help``). ``help`` is one line and
+    cites the paper (or the code) the default comes from.
+    """
+
+    name: str
+    type: object
+    default: object
+    help: str
+    choices: tuple | None = None
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    nullable: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.default, list):  # stored as a tuple: the declaration is frozen and hashable
+            object.__setattr__(self, "default", tuple(self.default))
+        if self.choices is not None:
+            object.__setattr__(self, "choices", tuple(self.choices))
+
+    @property
+    def element_type(self) -> type:
+        """int / float for ``list[int]`` / ``list[float]``, else ``type`` itself."""
+        return getattr(self.type, "__args__", (self.type,))[0]
+
+    @property
+    def is_list(self) -> bool:
+        return getattr(self.type, "__origin__", None) is list
+
+    def initial(self):
+        """The default as a config value (a fresh list for list types)."""
+        return list(self.default) if isinstance(self.default, tuple) else self.default
+
+    def normalise(self, value):
+        """A valid ``value`` in the declared type (2.0 -> 2 for int, 1 -> 1.0 for float, tuple -> list: e.g. values
+        read back from JSON); an invalid one is returned unchanged, for `check` to name it as given."""
+        if value is None or not self._valid(value):
+            return value
+        if self.is_list:
+            return [_as_number(x, self.element_type) for x in value]
+        return _as_number(value, self.type) if self.type in (int, float) else value
+
+    def check(self, value) -> None:
+        """Raise `HfAttnConfigError` (one line: field, value, what is valid, the default and its source)."""
+        if not (value is None and self.nullable) and not self._valid(value):
+            raise HfAttnConfigError(
+                f"{self.name}={value!r} {self.requirement()} (default {self.initial()!r}: {self.help})"
+            )
+
+    def _valid(self, value) -> bool:
+        if self.choices is not None:
+            return isinstance(value, self.type) and value in self.choices
+        if self.type is bool:
+            return isinstance(value, bool)
+        if self.is_list:
+            return isinstance(value, (list, tuple)) and len(value) > 0 and all(self._valid_number(x) for x in value)
+        return self._valid_number(value)
+
+    def _valid_number(self, x) -> bool:
+        kind = self.element_type
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            return False
+        if kind is int and not (isinstance(x, int) or (math.isfinite(x) and x == int(x))):
+            return False
+        if not math.isfinite(x):
+            return False
+        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
+            return False
+        return self.high is None or (x < self.high if self.high_open else x <= self.high)
+
+    def valid_values(self) -> str:
+        """What is valid, e.g. ``an integer >= 1``, ``in (0, 0.01]``, ``one of ['gate', 'dot']``."""
+        if self.choices is not None:
+            text = f"one of {list(self.choices)}"
+        elif self.type is bool:
+            text = "true or false"
+        else:
+            noun = "an integer" if self.element_type is int else "a finite number"
+            if self.low is not None and self.high is not None:
+                lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
+                bound = f"in {lo}{self.low:g}, {self.high:g}{hi}"
+                text = bound if self.element_type is float else f"{noun} {bound}"
+            elif self.low is not None:
+                text = f"{noun} {'>' if self.low_open else '>='} {self.low:g}"
+            elif self.high is not None:
+                text = f"{noun} {'<' if self.high_open else '<='} {self.high:g}"
+            else:
+                text = noun
+            if self.is_list:
+                plural = text.replace("an integer", "integers").replace("a finite number", "finite numbers")
+                text = f"a non-empty list of {plural if plural != text else 'numbers ' + text}"
+        return f"{text} or None" if self.nullable else text
+
+    def requirement(self) -> str:
+        if self.choices is not None:
+            return f"is not valid; choose one of {list(self.choices)}" + (" or None" if self.nullable else "")
+        return f"must be {self.valid_values()}"
+
+    def type_name(self) -> str:
+        name = f"list[{self.element_type.__name__}]" if self.is_list else self.type.__name__
+        return f"{name} | None" if self.nullable else name
+
+
+def _as_number(value, kind: type):
+    """``value`` as ``kind`` (int / float) when that is exact, else unchanged."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if kind is float:
+        return float(value)
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return value
+
+
+def all_sites(variant: str, **extra) -> dict:
+    """Preset overrides putting ``variant`` at every attention site."""
+    return {"encoder_attention": variant, "decoder_attention": variant, "cross_attention": variant, **extra}

@@ -1,0 +1,3 @@
+"""The package version, in one place (the model cards name it)."""
+
+__version__ = "0.1.0"
