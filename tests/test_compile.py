@@ -1,14 +1,18 @@
 """torch.compile: a compiled training step and compiled generation give the eager results on a tiny model
 (scripts/check_compile.py runs the same checks over every preset, with timings), and a training step compiles into
-one graph (fullgraph=True) where the README says so."""
+one graph (fullgraph=True) where the documentation says so."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # tiny model; chunk 4 sends ReLA and ReLUFormer through the block-wise path (attention_blockwise.py)
 TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "50", "--batch", "3",
@@ -72,30 +76,30 @@ def test_a_wrong_gradient_or_token_is_a_mismatch(check):
     assert check.compare_ids(ids, other) == {"status": "mismatch", "reason": "row 1: [1, 7, 2, 1] vs [1, 7, 9, 1]"}
 
 
-def test_readme_block_and_json(check, results, tmp_path):
+def test_docs_block_and_json(check, results, tmp_path):
     path = results["rela-ran-gmm"]
     result = json.loads(path.read_text())
     assert result["settings"]["backend"] == "aot_eager" and len(result["settings"]["load_average_before"]) == 3
     assert result["settings"]["overrides"] == {"encoder_attention": "rela", "decoder_attention": "recurrent"}
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "speed.md"
     before, after = "# T\n\n", "\n\n## Next\n"
-    readme.write_text(before + check.README_START + "\nold\n" + check.README_END + after)
-    check.main(["--readme", str(readme), "--from", str(path), "--no-timings"])
+    readme.write_text(before + check.BLOCK_START + "\nold\n" + check.BLOCK_END + after)
+    check.main(["--docs", str(readme), "--from", str(path), "--no-timings"])
     text = readme.read_text()
-    assert text.startswith(before + check.README_START) and text.endswith(check.README_END + after)
+    assert text.startswith(before + check.BLOCK_START) and text.endswith(check.BLOCK_END + after)
     assert "old" not in text and "| gmm-synthesis | ok | ok | ok | skipped | ok |" in text and "speedup" not in text
     assert "encoder_attention=rela, decoder_attention=recurrent" in text
-    check.main(["--readme", str(readme), "--from", str(path)])  # a --repeats 0 run shows no timing columns
+    check.main(["--docs", str(readme), "--from", str(path)])  # a --repeats 0 run shows no timing columns
     assert "| gmm-synthesis | ok | ok | ok | skipped | ok |" in readme.read_text() and "speedup" not in readme.read_text()
     timed = tmp_path / "timed.json"
     row = {**result["rows"][0], "compile_s": {"train": 90.0, "greedy": 60.0}, "train_speedup": 1.5}
     timed.write_text(json.dumps({"settings": {**result["settings"], "repeats": 3}, "rows": [row]}))
-    check.main(["--readme", str(readme), "--from", str(timed)])
+    check.main(["--docs", str(readme), "--from", str(timed)])
     breaks = row["graph_breaks"]["count"]
     assert f"| gmm-synthesis | ok | ok | ok | skipped | ok | {breaks} | 90 / 60 / - / - | 1.50x | - |" in readme.read_text()
     (tmp_path / "plain.md").write_text("no markers\n")
     with pytest.raises(SystemExit, match="no block between <!-- compile:start -->"):
-        check.main(["--readme", str(tmp_path / "plain.md"), "--from", str(path)])
+        check.main(["--docs", str(tmp_path / "plain.md"), "--from", str(path)])
 
 
 # fullgraph: one graph per training forward. Not RAN or the Synthesizer (their right-padding check reads the mask on
@@ -123,15 +127,30 @@ def test_fullgraph_training_step(check, preset):
 
 
 def test_a_later_run_supersedes_an_earlier_runs_rows(check, results, tmp_path):
-    """A re-check after a code change replaces the earlier row of that preset in the README block."""
+    """A re-check after a code change replaces the earlier row of that preset in the docs block."""
     path = results["rela-ran-gmm"]
     again = json.loads(path.read_text())
     again["settings"]["note"] = "re-checked"
     later = tmp_path / "later.json"
     later.write_text(json.dumps(again))
-    readme = tmp_path / "README.md"
-    readme.write_text(check.README_START + "\n" + check.README_END + "\n")
-    check.main(["--readme", str(readme), "--from", str(path), str(later), "--no-timings"])
+    readme = tmp_path / "speed.md"
+    readme.write_text(check.BLOCK_START + "\n" + check.BLOCK_END + "\n")
+    check.main(["--docs", str(readme), "--from", str(path), str(later), "--no-timings"])
     text = readme.read_text()
     assert text.count("| gmm-synthesis |") == 1 and "Note: re-checked" in text
     assert text.count("```bash") == 1  # the earlier run kept no row, so its command is left out too
+
+
+def test_docs_page_holds_the_block_the_committed_results_give(check, tmp_path, monkeypatch):
+    """The compile block of the Speed page is what `--docs` writes from the JSON files its first line names."""
+    page = ROOT / check.DOCS_PAGE
+    text = page.read_text()
+    assert text.count(check.BLOCK_START) == 1 and text.count(check.BLOCK_END) == 1
+    command = re.search(r"Generated by `(python scripts/check_compile.py [^`]*)`", text).group(1).split()
+    assert command[2:4] == ["--docs", check.DOCS_PAGE]
+    copy = tmp_path / "speed.md"
+    copy.write_text(text)
+    monkeypatch.chdir(ROOT)
+    check.main(["--docs", str(copy), *command[4:]])
+    assert copy.read_text() == text
+    assert check.BLOCK_START not in (ROOT / "README.md").read_text()
