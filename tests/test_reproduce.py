@@ -1,4 +1,4 @@
-"""`hf-attn reproduce` end to end on a tiny matrix: runs, skip/resume, significance, claims, plots, README block."""
+"""`hf-attn reproduce` end to end on a tiny matrix: runs, skip/resume, significance, claims, plots, README block and paper pages."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ as pages of the site, so that the docs link them where they are in the repositor
 
 The pages link results with the path that is right in the repository (``../results/REPORT.md`` from ``docs/x.md``,
 ``../../results/...`` from ``docs/papers/x.md``), which GitHub follows; MkDocs serves only files under ``docs/``, so
-the hook adds every file under ``results/`` (not the per-run records and cached references) to the site at
+the hook adds the report and every other file under ``results/`` but Markdown (not the per-run records and cached
+references either) to the site at
 ``results/...`` and rewrites those links to point there. A link to a file that is not served stays as written and
 fails ``mkdocs build --strict``.
 """
@@ -19,13 +20,14 @@ from mkdocs.structure.files import File
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 SKIPPED = ("runs", "references")  # thousands of translations: read them in the repository
+REPORT = Path("REPORT.md")  # the one page; the other .md files under results/ are the benchmarks' tables
 LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?(\))")
 
 
 def on_files(files, config):
     for path in sorted(RESULTS.rglob("*")):
         rel = path.relative_to(RESULTS)
-        if path.is_file() and rel.parts[0] not in SKIPPED:
+        if path.is_file() and rel.parts[0] not in SKIPPED and (path.suffix != ".md" or rel == REPORT):
             files.append(File.generated(config, f"results/{rel.as_posix()}", abs_src_path=str(path)))
     return files
 

@@ -41,6 +41,11 @@ def paper_presets(paper: str) -> list[str]:
     return [p.name for v in PAPERS[paper][1] for p in ATTENTION_VARIANTS[v].presets]
 
 
+def _report_anchors(text: str) -> str:
+    """The report's own links (``](#anchor)``) made to point into the report from a paper page."""
+    return text.replace("](#", f"]({REPORT_LINK}#")
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -58,7 +63,8 @@ def claims_part(summary: dict, paper: str) -> list[str]:
             group = seen.get("title", seen["setup"])  # a benchmark row names its file, a group its title
             lines.append(f"| {head[0]} | {head[1]} | {_cell(group)} | {_cell(seen['observed'])} | "
                          f"{_cell(seen['verdict'])} |")
-    notes = [f"- **{c['claim']}** ({c['verdict']}). {c['explanation']}" for c in claims if c.get("explanation")]
+    notes = [f"- **{c['claim']}** ({c['verdict']}). {_report_anchors(c['explanation'])}" for c in claims
+             if c.get("explanation")]
     return lines + ([""] + ["Where a claim does not hold, the report's explanation:", ""] + notes if notes else [])
 
 
