@@ -2,11 +2,11 @@
 as pages of the site, so that the docs link them where they are in the repository.
 
 The pages link results with the path that is right in the repository (``../results/REPORT.md`` from ``docs/x.md``,
-``../../results/...`` from ``docs/papers/x.md``), which GitHub follows; MkDocs serves only files under ``docs/``, so
-the hook adds the report and every other file under ``results/`` but Markdown (not the per-run records and cached
-references either) to the site at
-``results/...`` and rewrites those links to point there. A link to a file that is not served stays as written and
-fails ``mkdocs build --strict``.
+``../../results/...`` from ``docs/papers/x.md``), which GitHub follows. MkDocs serves only files under ``docs/``,
+so the hook adds results/REPORT.md and every file under ``results/`` that is not Markdown (the benchmarks' .md tables
+are in docs/speed.md already; the per-run records and cached references stay out) to the site at ``results/...``,
+and rewrites those links to point there. A link to a file that is not served stays as written and fails
+``mkdocs build --strict``.
 """
 
 from __future__ import annotations
