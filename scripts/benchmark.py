@@ -38,9 +38,9 @@ compiled: what a user who compiles both models would see. One preset (beside sof
 
     python scripts/benchmark.py --presets gmm --compile --repeats 15 --output runs/bench_compiled.json
 
-The README's Speed section is generated from such JSON files (the block between the benchmark markers):
+The documentation's Speed page (`DOCS_PAGE`) is generated from such JSON files (the block between the benchmark markers):
 
-    python scripts/benchmark.py --readme README.md --from runs/bench.json runs/bench_long.json
+    python scripts/benchmark.py --docs docs/speed.md --from runs/bench.json runs/bench_long.json
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ import torch
 
 import hf_attn
 from hf_attn.modeling.bases import BASES
-from hf_attn.bench.render import BENCHMARK_MARKERS, benchmark_block, render_result, update_block
+from hf_attn.bench.render import BENCHMARK_MARKERS, DOCS_PAGE, benchmark_block, render_result, update_block
 from hf_attn.bench.results import DEFAULT_PRESETS, BenchSettings
 from hf_attn.bench.runner import run, save_result
 
@@ -96,11 +96,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--long", default=None, help="long-sequence mode: comma list of lengths, e.g. 512,1024,2048,4096")
     p.add_argument("--long-batch", type=int, default=DEFAULTS.long_batch, help="sequences per forward/backward in "
                    "--long mode")
-    p.add_argument("--readme", default=None, help="rewrite this README's benchmark block from the --from JSON files")
-    p.add_argument("--from", dest="sources", nargs="+", default=None, help="benchmark JSON files for --readme")
+    p.add_argument("--docs", nargs="?", const=DOCS_PAGE, default=None, metavar="PAGE",
+                   help=f"rewrite the benchmark block of this page ({DOCS_PAGE} when no PAGE is given) from "
+                        "the --from JSON files")
+    p.add_argument("--from", dest="sources", nargs="+", default=None, help="benchmark JSON files for --docs")
     args = p.parse_args(argv)
-    if (args.readme is None) != (args.sources is None):
-        p.error("--readme README.md and --from RESULT.json ... go together")
+    if (args.docs is None) != (args.sources is None):
+        p.error(f"--docs {DOCS_PAGE} and --from RESULT.json ... go together")
     names = sorted(hf_attn.PRESETS) if args.presets == "all" else [x.strip() for x in args.presets.split(",") if x]
     for name in names:
         if name not in hf_attn.PRESETS:
@@ -144,9 +146,9 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if args.readme:
+    if args.docs:
         body = benchmark_block([Path(s) for s in args.sources])
-        update_block(Path(args.readme), BENCHMARK_MARKERS, body, "benchmark")
+        update_block(Path(args.docs), BENCHMARK_MARKERS, body, "benchmark")
         return body
     torch.set_num_threads(args.threads)
     result = run(bench_settings(args), "python scripts/benchmark.py " + " ".join(argv))

@@ -12,11 +12,12 @@ Each check is ok, mismatch (the largest error, or the first differing row) or er
 Also recorded: the graph breaks dynamo reports (count and the most frequent reason), the first-call time of each
 compiled path (compilation included), and the speed of a training step (forward + backward) and of beam search,
 eager against compiled, in `--repeats` interleaved rounds (median of the per-round ratios t_eager / t_compiled,
-> 1 = compiled faster). The JSON is rewritten after every preset; ``--readme`` regenerates the README block:
+> 1 = compiled faster). The JSON is rewritten after every preset; ``--docs`` regenerates the block of the
+documentation's Speed page (`DOCS_PAGE`):
 
     python scripts/check_compile.py --output results/compile/compile.json                    # every Marian preset
     python scripts/check_compile.py --base bart --presets softmax,rela-g,gmm --output runs/compile_bart.json
-    python scripts/check_compile.py --readme README.md --from results/compile/compile.json [--no-timings]
+    python scripts/check_compile.py --docs docs/speed.md --from results/compile/compile.json [--no-timings]
 
 Timings taken on a busy machine are noise: the JSON records the load average before and after the run.
 """
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm
 import hf_attn
 from hf_attn.modeling.bases import BASES
 from hf_attn.bench.compile_check import CompileCheckSettings, check_preset
-from hf_attn.bench.render import (COMPILE_CHECKS, COMPILE_MARKERS, compile_block, compile_status,
+from hf_attn.bench.render import (COMPILE_CHECKS, COMPILE_MARKERS, DOCS_PAGE, compile_block, compile_status,
                                   render_compile_table, update_block)
 from hf_attn.io_utils import write_json
 
@@ -71,12 +72,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output", default="runs/compile.json")
     p.add_argument("--note", default=None, help="a remark kept in the JSON and shown with the table (e.g. the "
                    "machine was busy)")
-    p.add_argument("--readme", default=None, help="rewrite this README's compile block from the --from JSON files")
-    p.add_argument("--from", dest="sources", nargs="+", default=None, help="check_compile JSON files for --readme")
-    p.add_argument("--no-timings", action="store_true", help="--readme: correctness columns only")
+    p.add_argument("--docs", nargs="?", const=DOCS_PAGE, default=None, metavar="PAGE",
+                   help=f"rewrite the compile block of this page ({DOCS_PAGE} when no PAGE is given) from "
+                        "the --from JSON files")
+    p.add_argument("--from", dest="sources", nargs="+", default=None, help="check_compile JSON files for --docs")
+    p.add_argument("--no-timings", action="store_true", help="--docs: correctness columns only")
     args = p.parse_args(argv)
-    if (args.readme is None) != (args.sources is None):
-        p.error("--readme README.md and --from RESULT.json ... go together")
+    if (args.docs is None) != (args.sources is None):
+        p.error(f"--docs {DOCS_PAGE} and --from RESULT.json ... go together")
     args.checks = [c.strip() for c in args.checks.split(",") if c.strip()]
     if not args.checks or set(args.checks) - set(COMPILE_CHECKS):
         p.error(f"--checks {','.join(args.checks)!r}: choose among {','.join(COMPILE_CHECKS)}")
@@ -111,9 +114,9 @@ def check_settings(args: argparse.Namespace) -> CompileCheckSettings:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if args.readme:
+    if args.docs:
         body = compile_block([Path(s) for s in args.sources], timings=not args.no_timings)
-        update_block(Path(args.readme), COMPILE_MARKERS, body, "check_compile")
+        update_block(Path(args.docs), COMPILE_MARKERS, body, "check_compile")
         return body
     torch.set_num_threads(args.threads)
     settings = check_settings(args)

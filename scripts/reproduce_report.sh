@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The matrix behind results/REPORT.md (README "Reproducing the papers"). Re-run it until every run is recorded:
+# The matrix behind results/REPORT.md (docs/reproduce.md). Re-run it until every run is recorded:
 # recorded runs are skipped, interrupted ones resume from their last checkpoint. About 13 hours on 2 CPU cores.
 #   RUNS_DIR=/somewhere/with/space bash scripts/reproduce_report.sh
 set -euo pipefail
@@ -11,4 +11,4 @@ hf-attn reproduce --presets "$main" --pairs de-en --steps 600 --seeds 42 "${comm
 hf-attn reproduce --presets softmax,rela-g --pairs de-en --steps 600 --seeds 43,44 "${common[@]}"
 hf-attn reproduce --presets softmax,rela-g,gmm,reluformer,ran-d --pairs ru-en --steps 600 --seeds 42 "${common[@]}"
 hf-attn reproduce --presets softmax,rela-g,gmm,reluformer,calibration-gate,ran-d --pairs de-en --steps 1800 --seeds 42 "${common[@]}"
-hf-attn reproduce --report_only --output_dir results --readme README.md
+hf-attn reproduce --report_only --output_dir results --readme README.md --docs docs

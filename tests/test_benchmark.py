@@ -1,5 +1,5 @@
 """scripts/benchmark.py end to end on tiny models: ratios against stock transformers SDPA and hf-attn softmax measured
-in one run, --long mode with its plot, --profile, --compile, the README block generated from the JSON, and its flag
+in one run, --long mode with its plot, --profile, --compile, the docs block generated from the JSON, and its flag
 checks; scripts/gmm_budget.py on the benchmark's settings. The parts: tests/test_bench.py."""
 
 from __future__ import annotations
@@ -104,30 +104,30 @@ def test_long_mode_rows_memory_and_plot(long_json):
     assert "| 24 | softmax |" in long_json.with_suffix(".md").read_text()
 
 
-def test_readme_block_is_replaced_exactly(bench, sentence_json, long_json, tmp_path):
-    readme = tmp_path / "README.md"
+def test_docs_block_is_replaced_exactly(bench, sentence_json, long_json, tmp_path):
+    page = tmp_path / "speed.md"
     before, after = "# Title\n\n## Speed\n\nintro\n\n", "\n\n## Next\n\ntext <!-- not a marker -->\n"
-    readme.write_text(before + START + "\nold hand-typed table 0.93x\n" + END + after)
-    run_main(bench, ["--readme", str(readme), "--from", str(sentence_json), str(long_json)])
-    text = readme.read_text()
+    page.write_text(before + START + "\nold hand-typed table 0.93x\n" + END + after)
+    run_main(bench, ["--docs", str(page), "--from", str(sentence_json), str(long_json)])
+    text = page.read_text()
     assert text.startswith(before + START + "\n") and text.endswith(END + after)
     block = text[len(before) + len(START): -len(END + after)]
     assert "old hand-typed table" not in block and block.count("```bash") == 2
     assert "| rela-g |" in block and "train vs stock SDPA" in block and "train vs hf-attn softmax" in block
     assert "| 24 | softmax |" in block
     # run again: the same block (idempotent, nothing outside it moves)
-    run_main(bench, ["--readme", str(readme), "--from", str(sentence_json), str(long_json)])
-    assert readme.read_text() == text
+    run_main(bench, ["--docs", str(page), "--from", str(sentence_json), str(long_json)])
+    assert page.read_text() == text
 
 
-def test_readme_without_markers_is_one_clear_error(bench, sentence_json, tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# no markers\n")
+def test_docs_page_without_markers_is_one_clear_error(bench, sentence_json, tmp_path):
+    page = tmp_path / "speed.md"
+    page.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="no block between <!-- benchmark:start -->"):
-        run_main(bench, ["--readme", str(readme), "--from", str(sentence_json)])
-    assert readme.read_text() == "# no markers\n"
+        run_main(bench, ["--docs", str(page), "--from", str(sentence_json)])
+    assert page.read_text() == "# no markers\n"
     with pytest.raises(SystemExit, match="is not a benchmark result"):
-        run_main(bench, ["--readme", str(readme), "--from", str(readme)])
+        run_main(bench, ["--docs", str(page), "--from", str(page)])
 
 
 def test_rejects_unknown_preset():
@@ -138,7 +138,7 @@ def test_rejects_unknown_preset():
 
 
 def test_flags_default_to_the_package_settings(bench):
-    """The script's defaults are `BenchSettings`'s: the README's setting, whichever way a run is started."""
+    """The script's defaults are `BenchSettings`'s: the documented setting (docs/speed.md), whichever way a run is started."""
     assert bench.bench_settings(bench.parse_args(["--device", "cpu"])) == BenchSettings()
     s = bench.bench_settings(bench.parse_args(["--presets", "gmm,softmax", "--long", "8,16", "--no-decode"]))
     assert s.presets == ("softmax", "gmm") and s.long == (8, 16) and s.calls == ("train",)

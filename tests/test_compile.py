@@ -1,6 +1,6 @@
 """torch.compile: a compiled training step and compiled generation give the eager results on a tiny model
 (scripts/check_compile.py, run end to end here, runs the same checks over every preset, with timings), and a
-training step compiles into one graph (fullgraph=True) where the README says so. The comparisons themselves:
+training step compiles into one graph (fullgraph=True) where the docs say so. The comparisons themselves:
 tests/test_bench.py."""
 
 from __future__ import annotations
@@ -60,30 +60,30 @@ def test_compiled_training_and_generation_equal_eager(check, results, name):
     assert row["train"]["max_rel_error"] <= 1e-4
 
 
-def test_readme_block_and_json(check, results, tmp_path):
+def test_docs_block_and_json(check, results, tmp_path):
     path = results["rela-ran-gmm"]
     result = json.loads(path.read_text())
     assert result["settings"]["backend"] == "aot_eager" and len(result["settings"]["load_average_before"]) == 3
     assert result["settings"]["overrides"] == {"encoder_attention": "rela", "decoder_attention": "recurrent"}
-    readme = tmp_path / "README.md"
+    page = tmp_path / "speed.md"
     before, after = "# T\n\n", "\n\n## Next\n"
-    readme.write_text(before + COMPILE_MARKERS[0] + "\nold\n" + COMPILE_MARKERS[1] + after)
-    check.main(["--readme", str(readme), "--from", str(path), "--no-timings"])
-    text = readme.read_text()
+    page.write_text(before + COMPILE_MARKERS[0] + "\nold\n" + COMPILE_MARKERS[1] + after)
+    check.main(["--docs", str(page), "--from", str(path), "--no-timings"])
+    text = page.read_text()
     assert text.startswith(before + COMPILE_MARKERS[0]) and text.endswith(COMPILE_MARKERS[1] + after)
     assert "old" not in text and "| gmm-synthesis | ok | ok | ok | skipped | ok |" in text and "speedup" not in text
     assert "encoder_attention=rela, decoder_attention=recurrent" in text
-    check.main(["--readme", str(readme), "--from", str(path)])  # a --repeats 0 run shows no timing columns
-    assert "| gmm-synthesis | ok | ok | ok | skipped | ok |" in readme.read_text() and "speedup" not in readme.read_text()
+    check.main(["--docs", str(page), "--from", str(path)])  # a --repeats 0 run shows no timing columns
+    assert "| gmm-synthesis | ok | ok | ok | skipped | ok |" in page.read_text() and "speedup" not in page.read_text()
     timed = tmp_path / "timed.json"
     row = {**result["rows"][0], "compile_s": {"train": 90.0, "greedy": 60.0}, "train_speedup": 1.5}
     timed.write_text(json.dumps({"settings": {**result["settings"], "repeats": 3}, "rows": [row]}))
-    check.main(["--readme", str(readme), "--from", str(timed)])
+    check.main(["--docs", str(page), "--from", str(timed)])
     breaks = row["graph_breaks"]["count"]
-    assert f"| gmm-synthesis | ok | ok | ok | skipped | ok | {breaks} | 90 / 60 / - / - | 1.50x | - |" in readme.read_text()
+    assert f"| gmm-synthesis | ok | ok | ok | skipped | ok | {breaks} | 90 / 60 / - / - | 1.50x | - |" in page.read_text()
     (tmp_path / "plain.md").write_text("no markers\n")
     with pytest.raises(SystemExit, match="no block between <!-- compile:start -->"):
-        check.main(["--readme", str(tmp_path / "plain.md"), "--from", str(path)])
+        check.main(["--docs", str(tmp_path / "plain.md"), "--from", str(path)])
 
 
 # fullgraph: one graph per training forward. Not RAN or the Synthesizer (their right-padding check reads the mask on
@@ -120,15 +120,15 @@ def test_fullgraph_training_step(check, preset):
 
 
 def test_a_later_run_supersedes_an_earlier_runs_rows(check, results, tmp_path):
-    """A re-check after a code change replaces the earlier row of that preset in the README block."""
+    """A re-check after a code change replaces the earlier row of that preset in the docs block."""
     path = results["rela-ran-gmm"]
     again = json.loads(path.read_text())
     again["settings"]["note"] = "re-checked"
     later = tmp_path / "later.json"
     later.write_text(json.dumps(again))
-    readme = tmp_path / "README.md"
-    readme.write_text(COMPILE_MARKERS[0] + "\n" + COMPILE_MARKERS[1] + "\n")
-    check.main(["--readme", str(readme), "--from", str(path), str(later), "--no-timings"])
-    text = readme.read_text()
+    page = tmp_path / "speed.md"
+    page.write_text(COMPILE_MARKERS[0] + "\n" + COMPILE_MARKERS[1] + "\n")
+    check.main(["--docs", str(page), "--from", str(path), str(later), "--no-timings"])
+    text = page.read_text()
     assert text.count("| gmm-synthesis |") == 1 and "Note: re-checked" in text
     assert text.count("```bash") == 1  # the earlier run kept no row, so its command is left out too

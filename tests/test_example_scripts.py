@@ -1,5 +1,5 @@
-"""hf-attn models with transformers' example script run_translation.py (README, "Using transformers' example
-scripts"): `hf-attn convert` writes a complete model directory, the script's essential path (tests/
+"""hf-attn models with transformers' example script run_translation.py (docs/transformers-scripts.md, "Using
+transformers' example scripts"): `hf-attn convert` writes a complete model directory, the script's essential path (tests/
 translation_example.py: stock Seq2SeqTrainer, label smoothing, predict_with_generate, evaluate.load("sacrebleu"))
 trains and scores it offline with hf-attn's metric, and `hf-attn card` brings the hf-attn card back over the one
 the Trainer wrote."""
@@ -20,13 +20,13 @@ import hf_attn
 from hf_attn.training.cards import TRAINER_START
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+PAGE = (ROOT / "docs" / "transformers-scripts.md").read_text()
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def readme_command() -> list[str]:
-    """The README's run_translation.py command line, as arguments."""
-    block = README.split("## Using transformers' example scripts", 1)[1]
+    """The page's run_translation.py command line, as arguments."""
+    block = PAGE.split("# Using transformers' example scripts", 1)[1]
     cmd = re.search(r"python run_translation.py ((?:.*\\\n)*.*)", block).group(1)  # to the first unbroken line
     return cmd.replace("\\\n", " ").split()
 
@@ -115,7 +115,7 @@ def test_card_of_a_stock_model_is_one_line(tmp_path):
 
 
 def test_run_translation_path_with_a_converted_model(converted, trained, tmp_path):
-    """The README's command, with a tiny budget, in a fresh process that imports no hf_attn before the metric."""
+    """The page's command, with a tiny budget, in a fresh process that imports no hf_attn before the metric."""
     work = tmp_path / "work"
     work.mkdir()
     assert run_cli(["metrics", str(work)]).returncode == 0
@@ -185,6 +185,6 @@ def presets_with_an_auxiliary_objective() -> list[str]:
     return out
 
 
-def test_readme_lists_the_presets_that_need_hf_attn_trainer_under_label_smoothing():
-    block = README.split("<!-- aux-objective-presets:start -->", 1)[1].split("<!-- aux-objective-presets:end -->")[0]
+def test_docs_list_the_presets_that_need_hf_attn_trainer_under_label_smoothing():
+    block = PAGE.split("<!-- aux-objective-presets:start -->", 1)[1].split("<!-- aux-objective-presets:end -->")[0]
     assert re.findall(r"`([\w-]+)`", block) == presets_with_an_auxiliary_objective()

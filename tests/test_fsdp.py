@@ -1,6 +1,6 @@
-"""FSDP: the layer classes the README tells FSDP to wrap exist in every hf-attn model; a model sharded with torch's
+"""FSDP: the layer classes the documentation tells FSDP to wrap exist in every hf-attn model; a model sharded with torch's
 FSDP2 over two CPU processes trains to the same weights as one process on the same data and reloads; and `hf-attn
-train --fsdp` on CPU processes stops with one line (accelerate would silently run DDP there: README, "Several
+train --fsdp` on CPU processes stops with one line (accelerate would silently run DDP there: docs/training.md, "Several
 processes and GPUs")."""
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from transformers import Seq2SeqTrainingArguments
 import hf_attn
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+TRAINING = (ROOT / "docs" / "training.md").read_text()
 
 
 def documented_wrap_classes() -> dict[str, list[str]]:
-    """{"marian": [...], "bart": [...]}: the README's fsdp_config and the BART classes named beside it."""
-    section = README.split("### Several processes and GPUs", 1)[1].split("\n### ", 1)[0]
+    """{"marian": [...], "bart": [...]}: the page's fsdp_config and the BART classes named beside it."""
+    section = TRAINING.split("## Several processes and GPUs", 1)[1].split("\n## ", 1)[0]
     marian = json.loads(re.search(r"--fsdp_config '(\{.*?\})'", section).group(1))["transformer_layer_cls_to_wrap"]
     bart = re.search(r"BART: (\w+) / (\w+)", section).groups()
     return {"marian": marian, "bart": list(bart)}
@@ -37,7 +37,7 @@ def documented_wrap_classes() -> dict[str, list[str]]:
 @pytest.mark.parametrize("base", ["marian", "bart"])
 @pytest.mark.parametrize("preset", ["calibration-gate", "ran-all", "gmm", "reluformer"])
 def test_the_documented_wrap_classes_are_the_models_layers(base, preset, tmp_path):
-    """The README's --fsdp_config, through Trainer's arguments and accelerate's FSDP plugin, as a GPU launch uses it."""
+    """The documentation's --fsdp_config, through Trainer's arguments and accelerate's FSDP plugin, as a GPU launch uses it."""
     model = tiny_model(base, preset)
     names = documented_wrap_classes()[base]
     args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), fsdp=True,

@@ -14,7 +14,7 @@ beam, beam-sample, ``num_return_sequences``, ``max_new_tokens``, assisted and pr
 continued from a returned cache; stock's default generation length.
 
 The cheap checks run on every preset; the others on one preset per variant plus the presets with decoding paths
-of their own. Where a variant cannot pass a check, the test checks the paper's reason instead (README, "What the
+of their own. Where a variant cannot pass a check, the test checks the paper's reason instead (docs/python.md, "What the
 variants do not support").
 """
 
@@ -397,7 +397,7 @@ def test_encoder_and_decoder_run_on_their_own(base, preset, tmp_path):
     """test_encoder_decoder_model_standalone: the encoder and decoder of an hf-attn model (``get_encoder()`` /
     ``get_decoder()``) give the full model's states on their own. Saved alone and loaded into the stock
     MarianEncoder / BartDecoder (...) classes they lose a variant's weights, which transformers' loading report
-    lists as unexpected: there is no hf-attn encoder or decoder class (README, "What works with transformers")."""
+    lists as unexpected: there is no hf-attn encoder or decoder class (docs/python.md, "What works with transformers")."""
     model = tiny_model(base, preset)
     b = tiny_batch()
     dec = model.prepare_decoder_input_ids_from_labels(labels=b["labels"])

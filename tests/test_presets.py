@@ -138,14 +138,17 @@ FRESH_LOADER = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def fresh_process_logits(tmp_path_factory):
-    """Save every preset, load them all in ONE fresh process that cannot import hf_attn, return its logits."""
+def fresh_process_logits(tmp_path_factory, request):
+    """Save every selected preset (all of them unless `-k` chose some), load them all in ONE fresh process that
+    cannot import hf_attn, return its logits."""
+    selected = {tuple(item.callspec.params[k] for k in ("base", "preset")) for item in request.session.items
+                if getattr(item, "originalname", None) == "test_hub_format_roundtrip_in_fresh_process"}
     root = tmp_path_factory.mktemp("roundtrip")
     jobs, expected = [], {}
     b = tiny_batch()
     batch = {k: b[k] for k in ("input_ids", "attention_mask")} | {"decoder_input_ids": b["labels"].clamp(min=3)}
     torch.save(batch, root / "batch.pt")
-    for base, preset in CASES:
+    for base, preset in [c for c in CASES if c in selected]:
         model = tiny_model(base, preset)
         d = root / f"{base}-{preset}"
         model.save_pretrained(d)

@@ -1,4 +1,4 @@
-"""`hf-attn reproduce` end to end on a tiny matrix: runs, skip/resume, significance, claims, plots, README block."""
+"""`hf-attn reproduce` end to end on a tiny matrix: runs, skip/resume, significance, claims, plots, README block and paper pages."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
 
 from hf_attn.reproduce import report as rep
 from hf_attn.reproduce.matrix import RunSpec, matrix
+from hf_attn.reproduce.paper_pages import BLOCK_END as PAGE_END, BLOCK_START as PAGE_START, PAPERS
 from hf_attn.reproduce.runner import variant_figures
 
 pytestmark = pytest.mark.slow
@@ -37,9 +38,13 @@ def test_reproduce_end_to_end(tmp_path):
     out, runs = tmp_path / "results", tmp_path / "runs"
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- reproduce-headline:start -->\nold\n<!-- reproduce-headline:end -->\ntail\n")
+    docs = tmp_path / "docs"
+    (docs / "papers").mkdir(parents=True)
+    for page, _ in PAPERS.values():
+        (docs / "papers" / f"{page}.md").write_text(f"# {page}\n{PAGE_START}\nold\n{PAGE_END}\ntail\n")
     args = ["reproduce", "--presets", "softmax,rela-g", "--pairs", "de-en", "--steps", "4", "--seeds", "1",
             "--output_dir", str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100",
-            "--threads", "1", "--readme", str(readme), "--", *FLAGS, *_data(tmp_path)]
+            "--threads", "1", "--readme", str(readme), "--docs", str(docs), "--", *FLAGS, *_data(tmp_path)]
     r = run_cli(args, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     names = sorted(p.name for p in (out / "runs").glob("*.json"))
@@ -67,6 +72,9 @@ def test_reproduce_end_to_end(tmp_path):
     assert any(p.startswith("attention_") for p in pngs) and any(p.startswith("length_") for p in pngs)
     assert "old" not in readme.read_text() and "no group of runs with 3 seeds" in readme.read_text()
     assert readme.read_text().endswith("tail\n")
+    rela = (docs / "papers" / "rela.md").read_text()  # the paper pages' measured results, from report.json
+    assert "old" not in rela and rela.endswith(f"{PAGE_END}\ntail\n")
+    assert "| ReLA-g translates about as well as softmax" in rela and "| group | preset |" not in rela  # runs with flags
 
     # again: both records exist, nothing is trained (the run directories may even be gone)
     import shutil

@@ -1,6 +1,6 @@
 """The essential path of transformers' examples/pytorch/translation/run_translation.py (not shipped with the pip
 package, so not available offline), rewritten with the same flags and the same calls in the same order: the
-README's `run_translation.py` command runs here unchanged (tests/test_example_scripts.py). Left out: mBART/M2M
+documentation's `run_translation.py` command runs here unchanged (tests/test_example_scripts.py). Left out: mBART/M2M
 language codes, T5 prefixes, --pad_to_max_length, telemetry, checkpoint detection, --dataset_name."""
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ def reproduce_parser() -> argparse.ArgumentParser:
     p.add_argument("--report_only", "--report-only", action="store_true", help="only rebuild the report from the records")
     p.add_argument("--readme", default=None, help="also rewrite this README's block between <!-- reproduce-headline:start "
                    "--> and <!-- reproduce-headline:end --> with the report's headline table")
+    p.add_argument("--docs", default=None, metavar="DOCS_DIR", help="also rewrite the 'What we measured' block of each "
+                   "paper's page, DOCS_DIR/papers/<paper>.md (e.g. --docs docs), from the report")
     return p
 
 

@@ -44,7 +44,7 @@ class VariantAttention:
     description: str = ""
     sites: tuple[str, ...] = SITES
     # variant hyperparameters (type, paper default, valid values, help); they become flat config fields, checked
-    # by the config (`Hyperparameter.check`); the README lists them per paper
+    # by the config (`Hyperparameter.check`); docs/papers/ lists them per paper
     hyperparameters: tuple[Hyperparameter, ...] = ()
     # the paper's method, baselines and ablations as named presets (collected into hf_attn.PRESETS)
     presets: tuple[Preset, ...] = ()

@@ -134,7 +134,7 @@ class CalibratedAttention(VariantAttention):
             "calibration-anneal",
             "attention calibration, annealing r a + (1-r) a_c, r = exp(-step/T) (Eq. 9; Tables 2-4 'Anneal'); the "
             "paper's T = 1e5 is for 150k steps: set calibration_anneal_steps ~ 2/3 of a shorter budget (see the "
-            "README), or r stays ~1 and the run is the baseline",
+            "docs/papers/calibration.md), or r stays ~1 and the run is the baseline",
             CALIBRATION_PAPER,
             _calibrated(calibration_fusion="anneal"),
         ),

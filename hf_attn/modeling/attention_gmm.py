@@ -180,14 +180,14 @@ class GmmAttention(VariantAttention):
                        "below ~0.5 the mixture at integer positions no longer sums to ~1", low=0.0, low_open=True),
         Hyperparameter("gmm_gate_init", float, 0.1, "the gate's initial value g0: its output bias starts at "
                        "logit(g0). Zhang & Feng 2021 give no init; 0.1 (mostly dot-product attention at first) beat 0.5 "
-                       "(zero bias) in the hf-attn README's recipe-sensitivity runs (Reproducing the papers)", low=0.0, high=1.0,
+                       "(zero bias) in hf-attn's recipe-sensitivity runs (docs/papers/gmm.md)", low=0.0, high=1.0,
                        low_open=True, high_open=True),
         Hyperparameter("gmm_layer_subset", str, "all", "decoder layers using GMM, softmax elsewhere: all, or top2 / "
                        "middle2 / bottom2 (Zhang & Feng 2021, Table 5)", choices=LAYER_SUBSETS),
     )
     presets = (
         Preset("gmm", "GMM cross-attention, approximate normalisation, gate fusion (Table 2, Our Method); the gate "
-               "starts at 0.1, which the paper leaves open (0.5 trains slower: README, Reproducing the papers)",
+               "starts at 0.1, which the paper leaves open (0.5 trains slower: docs/papers/gmm.md)",
                GMM_PAPER, _gmm()),
         Preset(
             "gmm-strict",

@@ -165,7 +165,7 @@ class ReluFormerAttention(VariantAttention):
                        "value)", low=0.0, low_open=True),
         Hyperparameter("reluformer_reg_weight", float, 0.05, "weight of L_reg (Eq. 7) in the loss; Shen et al. 2023 "
                        "give none. 0.05: at weight 1 the attention collapses and BLEU falls far below softmax "
-                       "(hf-attn README, Reproducing the papers: recipe sensitivity); 0 = Table 5 '- reg loss'", low=0.0),
+                       "(hf-attn's recipe sensitivity runs, docs/papers/reluformer.md); 0 = Table 5 '- reg loss'", low=0.0),
         Hyperparameter("reluformer_entropy_bound", float, 0.7, "C = value * log n in L_reg's entropy margin (Shen et "
                        "al. 2023, Appendix A)", low=0.0),
         Hyperparameter("reluformer_eps", float, 1e-6, "floor on the row sum before the log (an all-zero row has sum "
@@ -178,7 +178,7 @@ class ReluFormerAttention(VariantAttention):
         Preset(
             "reluformer",
             "ReLUFormer: ReLU attention with the variance reduction factor and L_reg at all sites (Table 4); L_reg "
-            "weight 0.05, which the paper leaves open (weight 1 collapses the attention: README, Reproducing the papers)",
+            "weight 0.05, which the paper leaves open (weight 1 collapses the attention: docs/papers/reluformer.md)",
             RELUFORMER_PAPER,
             all_sites(VARIANT),
         ),

@@ -282,8 +282,8 @@ class HfAttnModelMixin:
 
     def _training_problem(self, labels) -> str | None:
         """Why a training step through this forward pass would silently train the wrong thing (a variant's
-        objective that vanishes, a schedule that stands still), or None (README, "Auxiliary losses. Training with
-        other loops and trainers").
+        objective that vanishes, a schedule that stands still), or None (docs/training.md, "Auxiliary losses and
+        other trainers").
 
         The objective needs ``labels`` in the forward call: a loop that drops them to compute its own loss
         (transformers' `Seq2SeqTrainer` under label smoothing) would train without it."""

@@ -33,6 +33,7 @@ from ..modeling.hyperparameters import SITES
 from ..training.args import parse_train_args
 from .claims import claims_section, delta_ci
 from .matrix import RunSpec
+from .paper_pages import update_paper_pages
 from .seeds import (
     MIN_SEEDS,
     complete,
@@ -634,8 +635,10 @@ def load_benchmarks(output_dir: Path) -> dict[str, BenchmarkResult]:
     return found
 
 
-def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", readme: Path | None = None) -> Path:
-    """Rebuild ``REPORT.md``, ``report.json`` and ``plots/`` in ``output_dir`` from its records."""
+def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", readme: Path | None = None,
+                 docs: Path | None = None) -> Path:
+    """Rebuild ``REPORT.md``, ``report.json`` and ``plots/`` in ``output_dir`` from its records; with ``readme``, also
+    the README's headline block, with ``docs``, the "What we measured" block of each paper's page under it."""
     output_dir = Path(output_dir)
     records = load_records(output_dir)
     experiments = load_experiments(output_dir)
@@ -720,6 +723,8 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     (output_dir / "report.json").write_text(dumps_strict(summary, indent=1), encoding="utf-8")
     if readme is not None:
         update_readme(Path(readme), records, seed_cmp, order)
+    if docs is not None:
+        update_paper_pages(Path(docs), json.loads((output_dir / "report.json").read_text(encoding="utf-8")))
     return output_dir / "REPORT.md"
 
 

@@ -266,8 +266,9 @@ def reproduce(a, train_args: list[str], command: str) -> int:
         remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)
     readme = Path(a.readme) if a.readme else None
+    docs = Path(a.docs) if a.docs else None
     with report_lock(output_dir):  # two matrices on one output_dir write their reports one after the other
-        path = write_report(output_dir, a.bootstrap, command, readme)
+        path = write_report(output_dir, a.bootstrap, command, readme, docs)
     print(f"[hf-attn] wrote {path}")
     if failed:
         raise HfAttnInputError(f"{len(failed)} run(s) stopped: {', '.join(failed)}; run the same command again to "
