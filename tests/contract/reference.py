@@ -268,7 +268,7 @@ def check_weights(model, batch) -> int:
             assert variant == layout[site][layer], (site, layer, variant)
             with torch.no_grad():
                 want = EQUATIONS[variant](module, seen[(site, layer)], keep[site], model.config)
-            torch.testing.assert_close(got, want.expand_as(got), atol=ATOL, rtol=RTOL,
+            torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL,
                                        msg=lambda m, s=site, l=layer, v=variant: f"{s} layer {l} ({v}): {m}")
             compared += 1
     return compared
