@@ -1,8 +1,9 @@
 """Gaussian-mixture cross-attention (Zhang & Feng 2021): normalisation, numerics, padding,
 parameter overhead, the synthesis network's decoding state, and the gate / mixture analysis (Figure 5).
 
-The generic preset contract (training step, beam search, cache agreement, output_attentions, remote-code load)
-runs for every gmm preset in test_presets.py; this file checks what is specific to GMM.
+The generic preset contract runs for every gmm preset in test_presets.py (training step, beam search, cache
+agreement, remote-code load) and tests/contract/ (the returned weights are Eq. 13's); this file checks what is
+specific to GMM.
 """
 
 from __future__ import annotations

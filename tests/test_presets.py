@@ -1,8 +1,9 @@
 """The contract every preset meets, on Marian and on BART.
 
 training step (finite loss, a finite gradient on every trainable parameter) ; beam search ; cached == uncached
-greedy decoding ; output_attentions returns the variant's weights ; save_pretrained -> trust_remote_code load in a
-fresh process that cannot import hf_attn gives identical logits (safetensors weights).
+greedy decoding ; save_pretrained -> trust_remote_code load in a fresh process that cannot import hf_attn gives
+identical logits (safetensors weights). The attention outputs' contract (the weights are each variant's own, by
+argument and by config) is in tests/contract/.
 """
 
 from __future__ import annotations
@@ -66,21 +67,6 @@ def test_training_step(base, preset):
 
 
 @pytest.mark.parametrize("base,preset", CASES, ids=IDS)
-def test_attentions_requested_through_the_config(base, preset):
-    """config.output_attentions = True is allowed (transformers allows it only under "eager") and gives the same
-    weights, one tensor per layer and site, as the output_attentions argument."""
-    model = tiny_model(base, preset)
-    b = tiny_batch()
-    with torch.no_grad():
-        by_argument = model(**b, output_attentions=True)
-        model.config.output_attentions = True
-        by_config = model(**b)
-    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
-        got, want = getattr(by_config, name), getattr(by_argument, name)
-        assert len(got) == len(want) == 2 and all(torch.equal(g, w) for g, w in zip(got, want)), name
-
-
-@pytest.mark.parametrize("base,preset", CASES, ids=IDS)
 def test_beam_search_and_cache_agreement(base, preset):
     model = tiny_model(base, preset)
     b = tiny_batch()
@@ -93,26 +79,6 @@ def test_beam_search_and_cache_agreement(base, preset):
     assert torch.equal(cached.sequences, uncached.sequences)
     for s_c, s_u in zip(cached.scores, uncached.scores):
         torch.testing.assert_close(s_c, s_u, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("base,preset", CASES, ids=IDS)
-def test_output_attentions_are_the_variants(base, preset):
-    model = tiny_model(base, preset)
-    b = tiny_batch()
-    out = model(**b, output_attentions=True)
-    layout = model.config.attention_layout()
-    groups = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
-    for site, weights in groups.items():
-        assert len(weights) == len(layout[site])
-        for variant, w in zip(layout[site], weights):
-            assert w is not None and w.dim() == 4 and torch.isfinite(w).all(), (site, variant)
-            if variant in ("rela",) and model.config.rela_activation == "relu":
-                assert (w == 0).any(), "ReLA weights must contain exact zeros"
-            if variant in ("softmax", "sparsemax", "entmax15"):
-                real_rows = w.sum(-1)[w.sum(-1) > 0]
-                torch.testing.assert_close(real_rows, torch.ones_like(real_rows), rtol=1e-4, atol=1e-4)
-            if variant in ("sparsemax", "entmax15"):
-                assert (w == 0).any(), f"{variant} weights must be sparse"
 
 
 FRESH_LOADER = textwrap.dedent(

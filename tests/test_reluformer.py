@@ -1,7 +1,7 @@
 """ReLUFormer (Shen et al. 2023): the per-query scale sqrt(n/2), the regulariser L_reg
 (hand computation, finiteness, averaging, its gradient through the trainer with label smoothing), query chunking
-for long inputs, and config errors. The preset contract (training, beam, cache, Hub round trip) is in
-test_presets.py."""
+for long inputs, and config errors. The preset contract is in
+test_presets.py (training, beam, cache, Hub round trip) and tests/contract/ (the returned weights)."""
 
 from __future__ import annotations
 
