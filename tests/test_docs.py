@@ -127,15 +127,16 @@ def test_contributing_names_files_that_exist():
     assert "hf_attn/modeling/registry.py" in {p.split(":")[0] for p in paths}
     missing = sorted(p for p in paths if p not in EXAMPLE_FILES and not (ROOT / p).exists())
     assert not missing, f"docs/contributing.md names files that do not exist: {missing}"
-    for name in ("PAPERS", "CLAIMS"):  # step 6 names these tables
+    for name in ("PAPERS", "CLAIMS"):  # step 7 names these tables
         assert name in CONTRIBUTING
     assert "PAPERS" in dir(paper_pages) and "CLAIMS" in dir(__import__("hf_attn.reproduce.claims", fromlist=["x"]))
 
 
 @pytest.mark.slow
 def test_adding_a_paper_as_the_contributing_page_says(tmp_path):
-    """Steps 2-4 of docs/contributing.md on a copy of the package: the page's variant file, its citation and its
-    two registry lines, then the preset contract (tests/test_presets.py -k qknorm) on the new preset."""
+    """Steps 2-5 of docs/contributing.md on a copy of the package and of the contract tests: the page's variant file,
+    its citation, its two registry lines and its equation in tests/contract/reference.py, then the contract
+    (tests/contract -k qknorm: the returned weights are the equation's) and the preset contract (tests/test_presets.py -k qknorm) on the new preset."""
     package = tmp_path / "hf_attn"
     shutil.copytree(ROOT / "hf_attn", package, ignore=shutil.ignore_patterns("__pycache__"))
     (package / "modeling" / "attention_qknorm.py").write_text(titled_block("hf_attn/modeling/attention_qknorm.py"))
@@ -158,8 +159,17 @@ def test_adding_a_paper_as_the_contributing_page_says(tmp_path):
                              "print(hf_attn.__file__, p.overrides, p.paper)"],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0 and str(package) in listed.stdout and "Henry" in listed.stdout, listed.stderr
+    tests = tmp_path / "tests"
+    shutil.copytree(ROOT / "tests", tests, ignore=shutil.ignore_patterns("__pycache__"))
+    reference = tests / "contract" / "reference.py"
+    text = reference.read_text()
+    table = re.search(r"^EQUATIONS = \{\n(.*?)^\}\n", text, re.M | re.S)
+    assert table, "tests/contract/reference.py changed shape: update step 4 of docs/contributing.md"
+    text = text.replace(table.group(0), titled_block("tests/contract/reference.py: qknorm_weights") + "\n\n"
+                        + table.group(0)[:-2] + titled_block("tests/contract/reference.py: EQUATIONS") + "}\n")
+    reference.write_text(text)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           str(ROOT / "tests" / "test_presets.py"), "-k", "qknorm"],
+                           str(tests / "test_presets.py"), str(tests / "contract"), "-k", "qknorm"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert re.search(r"\b1\d passed\b", proc.stdout), proc.stdout[-2000:]  # both bases, every contract test
+    assert re.search(r"\b[1-9]\d passed\b", proc.stdout), proc.stdout[-2000:]  # both bases, every contract test
