@@ -11,6 +11,8 @@
     hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
                     [--figures all|rela-aer,gmm-entropy,...] [--rank-null FILE] [--gold-alignments FILE]
                     (the five papers' tables and figures; `hf-attn analyze --help` lists them)
+    hf-attn view DIR [DIR2 ...] [--sentences 20 | --text "..."] --output attention.html
+                 (one self-contained HTML attention viewer; two directories: side by side)
     hf-attn reproduce [--presets P,...] [--pairs de-en,...] [--steps 600] [--seeds 42] [--output_dir results]
                       (a matrix of runs -> results/REPORT.md with significance tests, claims and plots)
     hf-attn presets [--verbose]                           (--verbose: settings, and every variant's hyperparameters)
@@ -27,8 +29,8 @@ import sys
 
 from .errors import HfAttnPreempted
 
-COMMANDS = ("train", "evaluate", "translate", "push", "convert", "card", "metrics", "analyze", "reproduce", "presets",
-            "corpora")
+COMMANDS = ("train", "evaluate", "translate", "push", "convert", "card", "metrics", "analyze", "view", "reproduce",
+            "presets", "corpora")
 
 
 def _usage() -> str:
@@ -268,6 +270,35 @@ def cmd_analyze(argv) -> int:
     return 0
 
 
+def cmd_view(argv) -> int:
+    from pathlib import Path
+
+    from .analysis import viewer
+
+    ap = argparse.ArgumentParser(prog="hf-attn view", description=viewer.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model_dirs", nargs="+", help="model directories (`hf-attn train` or save_pretrained); two or more "
+                    "are shown side by side and must share one tokenizer")
+    ap.add_argument("--output", "-o", required=True, help="the HTML file to write, e.g. attention.html")
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--sentences", type=int, default=None, help="the first N pairs of the first run's test split "
+                      "(default 20)")
+    what.add_argument("--text", default=None, help="one source sentence instead (attention over each model's own "
+                      "translation)")
+    ap.add_argument("--split", default="test", choices=("test", "validation", "train"))
+    ap.add_argument("--test_file", "--test-file", default=None, help="pairs from this file instead of the run's data")
+    ap.add_argument("--max_tokens", "--max-tokens", type=int, default=64, help="truncate sources and targets to this "
+                    "many tokens (default 64)")
+    ap.add_argument("--num_beams", "--num-beams", "--beam", type=int, default=None, help="beam for the translations "
+                    "(default: the model's)")
+    ap.add_argument("--preview", default=None, help="also write a PNG of the first sentence's cross-attention here")
+    a = ap.parse_args(argv)
+    out = viewer.write_viewer([Path(d) for d in a.model_dirs], Path(a.output), a.sentences, a.text, a.test_file,
+                              a.split, a.max_tokens, a.num_beams, Path(a.preview) if a.preview else None)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
 def reproduce_parser() -> argparse.ArgumentParser:
     from .reproduce import runner
 
@@ -320,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     handler = {"train": cmd_train, "evaluate": cmd_evaluate, "translate": cmd_translate, "push": cmd_push,
                "convert": cmd_convert, "card": cmd_card, "metrics": cmd_metrics, "analyze": cmd_analyze,
-               "reproduce": cmd_reproduce, "presets": cmd_presets, "corpora": cmd_corpora}[cmd]
+               "view": cmd_view, "reproduce": cmd_reproduce, "presets": cmd_presets, "corpora": cmd_corpora}[cmd]
     try:
         return handler(rest)
     except _errors() as e:

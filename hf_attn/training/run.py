@@ -363,6 +363,7 @@ def preempted_message(signal_name: str, step: int, checkpoint: str | None) -> st
 
 def _finish(c) -> dict:
     """Translate and score the test split, write results.json and the model card, push if asked (main process)."""
+    from ..analysis.viewer import write_run_viewer
     from .cards import write_model_card
     from ..generation import translate_texts
     from .metrics import score_translations
@@ -386,6 +387,11 @@ def _finish(c) -> dict:
     for warning in run["warnings"]:
         say(f"warning: {warning}")
     write_json(out_dir / "results.json", run, default=str)
+    written = write_run_viewer(out_dir, model, c.tokenizer, src_test, ref_test, hyps,
+                               description=f"test split of {c.corpus.description}",
+                               max_tokens=min(64, hargs.max_source_length, hargs.max_target_length))
+    say(f"attention viewer: {', '.join(p.name for p in written)} (open viewer.html in a browser)" if written
+        else "no test pairs: no attention viewer")
     write_model_card(out_dir, hargs.hub_repo_id or targs.hub_model_id)
     say(summary_line(run))
     if c.push_after:
