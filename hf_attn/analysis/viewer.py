@@ -259,8 +259,7 @@ def write_preview(data: dict, path: str | Path) -> Path:
     w = dequantize(layers[-1]["weights"], data["scale"]).mean(0).numpy()
     src, tgt = view["source_tokens"], view["target_tokens"]
     shown = np.ma.masked_where(w == 0, w)
-    cmap = plt.get_cmap("Blues").copy()
-    cmap.set_bad("#d9d9d9")
+    cmap = plt.get_cmap("Blues").with_extremes(bad="#d9d9d9")
     fig, ax = plt.subplots(figsize=(min(0.32 * len(src) + 2.4, 12), min(0.3 * len(tgt) + 1.8, 10)))
     im = ax.imshow(shown, cmap=cmap, aspect="auto", vmin=0, interpolation="nearest")
     ax.set_xticks(range(len(src)), src, rotation=70, ha="right", fontsize=7)
