@@ -229,6 +229,7 @@ def test_view_cli(trained, tmp_path, capsys):
     (["{run}", "{run}"], "is given twice"),
     (["{run}", "--max_tokens", "1"], "--max_tokens 1"),
     (["{bare}"], "no run_args.json to find its test split; give --text"),
+    (["{run}", "--text", "Wort", "--test_file", "{missing}"], "not both"),
 ])
 def test_view_bad_input_gives_one_line(trained, tmp_path, capsys, args, message):
     (tmp_path / "empty").mkdir()

@@ -16,8 +16,8 @@ entropy per head; the null rows), the variants' internal maps from `gmm`, `calib
 
 Weights are stored as integers ``round(w * 1000)`` (3 decimals); a weight that is not exactly 0 never rounds to 0,
 so 0 in the file means an exact zero. The data are JSON, deflated and base64-encoded into the page, which inflates
-them with the browser's DecompressionStream: no network, no CDN, one file (about 0.1-0.3 MB per sentence and model
-of the default 3+3-layer size).
+them with the browser's DecompressionStream: no network, no CDN, one file (about 0.04-0.15 MB per sentence and
+model of the default 3+3-layer size and up to 64 tokens).
 
 Side by side, the models must share one tokenizer (the same vocabulary): their heat maps then have the same axes
 and can be compared cell by cell. Models with different tokenizers go into separate files.
@@ -275,13 +275,15 @@ def write_preview(data: dict, path: str | Path) -> Path:
 
 # ---- entry points -------------------------------------------------------------------------------------------------
 def check_view_options(dirs: list[Path], output: Path, sentences: int | None, text: str | None,
-                       max_tokens: int) -> None:
+                       max_tokens: int, test_file: str | None = None) -> None:
     """Validate `hf-attn view`'s input before loading anything: one line naming the value and the fix."""
     from ..io_utils import check_output_file
     from ..rundir import check_model_files, read_run_args
 
     if sentences is not None and text is not None:
         raise HfAttnInputError("give --sentences N (pairs of the run's test split) or --text \"...\", not both")
+    if text is not None and test_file:
+        raise HfAttnInputError("give --text \"...\" (one sentence) or --test_file FILE (its pairs), not both")
     if sentences is not None and sentences < 1:
         raise HfAttnInputError(f"--sentences {sentences}: need at least 1, e.g. --sentences 20")
     if text is not None and not text.strip():
@@ -322,7 +324,7 @@ def write_viewer(dirs: list[Path], output: Path, sentences: int | None = None, t
 
     dirs = [Path(d) for d in dirs]
     output = Path(output)
-    check_view_options(dirs, output, sentences, text, max_tokens)
+    check_view_options(dirs, output, sentences, text, max_tokens, test_file)
     if text is not None:
         sources, references, description = [text.strip()], [None], "--text"
     else:
