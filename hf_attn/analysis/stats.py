@@ -95,11 +95,16 @@ def sparsity_rate(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return zeros / keep.sum((0, 2, 3)).clamp(min=1)
 
 
+def null_rows(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """[B, H, T] bool: the visible queries whose whole row is zero (null attention)."""
+    w, keep, valid = _rows(w, keep)
+    return (w == 0).all(-1) & valid
+
+
 def null_rate(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Per head [H]: share of visible queries whose whole row is zero."""
-    w, keep, valid = _rows(w, keep)
-    null = (w == 0).all(-1) & valid
-    return null.sum((0, 2)).float() / valid.sum((0, 2)).clamp(min=1)
+    valid = _rows(w, keep)[2]
+    return null_rows(w, keep).sum((0, 2)).float() / valid.sum((0, 2)).clamp(min=1)
 
 
 def entropy(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

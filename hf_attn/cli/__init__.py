@@ -11,6 +11,8 @@
     hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
                     [--figures all|rela-aer,gmm-entropy,...] [--rank-null FILE] [--gold-alignments FILE]
                     (the five papers' tables and figures; `hf-attn analyze --help` lists them)
+    hf-attn view DIR [DIR2 ...] [--sentences 20 | --text "..."] --output attention.html
+                 (one self-contained HTML attention viewer; two directories: side by side)
     hf-attn reproduce [--presets P,...] [--pairs de-en,...] [--steps 600] [--seeds 42] [--output_dir results]
                       (a matrix of runs -> results/REPORT.md with significance tests, claims and plots)
     hf-attn presets [--verbose]                           (--verbose: settings, and every variant's hyperparameters)
@@ -31,8 +33,8 @@ from ..errors import PREEMPTION_SIGNALS, HfAttnInputError, HfAttnPreempted
 from ..modeling import HfAttnConfigError
 from ..modeling.hyperparameters import did_you_mean
 
-COMMANDS = ("train", "evaluate", "translate", "push", "convert", "card", "metrics", "analyze", "reproduce", "presets",
-            "corpora")
+COMMANDS = ("train", "evaluate", "translate", "push", "convert", "card", "metrics", "analyze", "view", "reproduce",
+            "presets", "corpora")
 
 
 def _usage() -> str:

@@ -83,8 +83,9 @@ def _hyperparameter_table(run: dict) -> str:
     return "\n".join(out)
 
 
-def render_model_card(run: dict, repo_id: str | None = None) -> str:
-    """The README.md of a trained model directory, from its ``results.json`` dict."""
+def render_model_card(run: dict, repo_id: str | None = None, model_dir: Path | None = None) -> str:
+    """The README.md of a trained model directory, from its ``results.json`` dict (and the viewer in ``model_dir``,
+    when there is one)."""
     base = run.get("base", "marian")
     preset = run.get("preset", "softmax")
     p = PRESETS.get(preset)
@@ -136,7 +137,29 @@ def render_model_card(run: dict, repo_id: str | None = None) -> str:
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__.split("+")[0],
     }
-    text = template_path(base).read_text(encoding="utf-8")
+    return _fill(template_path(base), values, model_dir)
+
+
+def viewer_section(model_dir: Path | None) -> str:
+    """The card's "Attention" section when ``model_dir`` holds the viewer `hf-attn train` / `hf-attn view` write: the
+    PNG preview embedded and a link to ``viewer.html``; "" without a viewer."""
+    from ..analysis.viewer import PREVIEW_FILE, VIEWER_FILE
+
+    if model_dir is None or not (Path(model_dir) / VIEWER_FILE).is_file():
+        return ""
+    lines = ["## Attention", ""]
+    if (Path(model_dir) / PREVIEW_FILE).is_file():
+        lines += [f"![Cross-attention of the first test sentence, mean over heads]({PREVIEW_FILE})", ""]
+    lines += [f"[`{VIEWER_FILE}`]({VIEWER_FILE}) is an interactive attention viewer of a few test sentences (one "
+              "self-contained HTML file: download it and open it in a browser): every site, layer and head as a heat "
+              "map with hover values, this variant's own quantities, and per-head sparsity, null rate and entropy. "
+              "`hf-attn view` writes one for any sentences, or for two models side by side.", "", ""]
+    return "\n".join(lines)
+
+
+def _fill(template: Path, values: dict, model_dir: Path | None) -> str:
+    """``template`` with ``values`` substituted; the viewer section (or nothing) where ``$viewer_section`` stands."""
+    text = template.read_text(encoding="utf-8").replace("$viewer_section\n", viewer_section(model_dir))
     return string.Template(text).safe_substitute(values)
 
 
@@ -240,8 +263,7 @@ def render_directory_card(model_dir: Path, repo_id: str | None = None, converted
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__.split("+")[0],
     }
-    text = template_path("model").read_text(encoding="utf-8")
-    return string.Template(text).safe_substitute(values)
+    return _fill(template_path("model"), values, model_dir)
 
 
 def write_model_card(model_dir: str | Path, repo_id: str | None = None, converted_from: str | None = None) -> Path:
@@ -256,7 +278,7 @@ def write_model_card(model_dir: str | Path, repo_id: str | None = None, converte
     out = model_dir / "README.md"
     if (model_dir / "results.json").is_file():
         run = json.loads((model_dir / "results.json").read_text())
-        text = render_model_card(run, repo_id)
+        text = render_model_card(run, repo_id, model_dir)
         if trainer_summary:
             text = text.rstrip() + ("\n\n## Further training (transformers' Trainer)\n\n"
                                     + _trainer_block(trainer_summary) + "\n")

@@ -13,7 +13,8 @@ from ..errors import HfAttnInputError
 from ..rundir import check_model_files
 from .cards import existing_card, write_model_card
 
-UPLOAD_PATTERNS = ["*.json", "*.py", "*.safetensors", "*.spm", "*.model", "*.txt", "README.md"]
+UPLOAD_PATTERNS = ["*.json", "*.py", "*.safetensors", "*.spm", "*.model", "*.txt", "README.md", "viewer.html",
+                   "viewer_preview.png"]
 IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", ".tmp-checkpoint/**", "runs/**", "*.pt", "*.pth", "*.bin", "training_args.bin",
                    "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json"]
 TOKENIZER_FILES = ("tokenizer_config.json",)

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import torch
 from transformers import TrainerState, set_seed
 
+from ..analysis.viewer import write_run_viewer
 from ..bench.memory import keep_freed_memory, peak_rss_mib
 from ..data import get_tokenizer, load_corpus, load_tokenizer, make_collator, special_token_config, tokenize_split
 from ..errors import HfAttnInputError, HfAttnPreempted
@@ -347,6 +348,11 @@ def _finish(c) -> dict:
     for warning in run["warnings"]:
         say(f"warning: {warning}")
     write_json(out_dir / "results.json", run, default=str)
+    written = write_run_viewer(out_dir, model, c.tokenizer, src_test, ref_test, hyps,
+                               description=f"test split of {c.corpus.description}",
+                               max_tokens=min(64, hargs.max_source_length, hargs.max_target_length))
+    say(f"attention viewer: {', '.join(p.name for p in written)} (open viewer.html in a browser)" if written
+        else "no test pairs: no attention viewer")
     write_model_card(out_dir, hargs.hub_repo_id or targs.hub_model_id)
     say(summary_line(run))
     if c.push_after:
