@@ -55,7 +55,7 @@ def loss_curves(log_history: list[dict], final_step: int, final_validation_loss)
     return {"train_loss": [[h["step"], h["loss"]] for h in log_history if "loss" in h], "validation_loss": val}
 
 
-def last_aux(log_history: list[dict], val: dict) -> dict:
+def last_aux_logs(log_history: list[dict], val: dict) -> dict:
     """The last logged value of each auxiliary-loss column."""
     aux_keys = sorted({k for h in log_history for k in h if k not in (
         "loss", "learning_rate", "grad_norm", "epoch", "step")} - {k for k in val} - {
@@ -81,7 +81,7 @@ def results_record(c, model, src_test: list[str], hyps: list[str]) -> dict:
     hargs, targs, trainer, corpus, scores, val = c.hargs, c.targs, c.trainer, c.corpus, c.scores, c.val
     train_seconds, tokens, dec_seconds = c.train_seconds, c.tokens, c.dec_seconds
     last_train_loss = c.loss_hist[-1] if c.loss_hist else None
-    last_aux = last_aux(trainer.state.log_history, val)
+    last_aux = last_aux_logs(trainer.state.log_history, val)
     run = {
         "preset": hargs.preset, "base": c.base, "model_class": type(model).__name__,
         "source_lang": corpus.source_lang, "target_lang": corpus.target_lang,
