@@ -5,11 +5,51 @@ from __future__ import annotations
 
 import platform
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..bench.memory import peak_rss_mib
 from .args import PAPER_RECIPE, PAPER_RECIPE_CITATION
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
+
+    from ..data import Corpus
+    from .args import HfAttnArguments
+    from .trainer import HfAttnSeq2SeqTrainer, TimeBudgetCallback
+
+
+@dataclass
+class TrainedRun:
+    """A run after training, on the main process: what the test translation and `results_record` read."""
+
+    trainer: HfAttnSeq2SeqTrainer
+    tokenizer: PreTrainedTokenizerBase
+    corpus: Corpus
+    hargs: HfAttnArguments
+    targs: Seq2SeqTrainingArguments
+    out_dir: Path
+    base: str  # "marian" or "bart" (a warm start's own)
+    overrides: dict  # model config overrides given on the command line
+    n_params: int  # trainable parameters
+    train_ds: Dataset
+    eval_ds: Dataset
+    val: dict  # the final validation metrics ("validation_loss", ...)
+    loss_hist: list[float]  # the logged training losses
+    budget: TimeBudgetCallback
+    plan: str  # the budget in words: "600 steps", "10 minutes", "3 epochs"
+    train_seconds: float  # training time of this process (0 when a finished checkpoint was resumed)
+    tokens: int  # target tokens trained on, over all processes
+    tokenizer_info: str
+    embedding_init_std: float | None  # None: the embeddings were not drawn again (warm start)
+    t_start: float  # time.time() when the run started
+    push_after: bool  # push the finished directory to the Hub
+    kept_memory: bool  # malloc keeps freed memory (`bench.memory.keep_freed_memory`)
+    averaged: list[str] | None  # the checkpoints averaged into the final weights
 
 
 MIN_TEST_SENTENCES = 100  # under this, a corpus BLEU's bootstrap interval spans several points
@@ -76,10 +116,12 @@ def device_name(targs, kept_memory: bool = False) -> str:
             + (", malloc keeps freed memory" if kept_memory else ""))
 
 
-def results_record(c, model, src_test: list[str], hyps: list[str]) -> dict:
-    """results.json (strict JSON once written: a non-finite number becomes null)."""
-    hargs, targs, trainer, corpus, scores, val = c.hargs, c.targs, c.trainer, c.corpus, c.scores, c.val
-    train_seconds, tokens, dec_seconds = c.train_seconds, c.tokens, c.dec_seconds
+def results_record(c: TrainedRun, model, src_test: list[str], hyps: list[str], scores: dict,
+                   dec_seconds: float) -> dict:
+    """results.json (strict JSON once written: a non-finite number becomes null), from the trained run, its test
+    translations ``hyps`` of ``src_test``, their ``scores`` and the decoding time."""
+    hargs, targs, trainer, corpus, val = c.hargs, c.targs, c.trainer, c.corpus, c.val
+    train_seconds, tokens = c.train_seconds, c.tokens
     last_train_loss = c.loss_hist[-1] if c.loss_hist else None
     last_aux = last_aux_logs(trainer.state.log_history, val)
     run = {

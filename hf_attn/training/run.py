@@ -15,7 +15,6 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from transformers import TrainerState, set_seed
@@ -31,7 +30,7 @@ from .cards import trainable_parameters, write_model_card
 from .checkpoints import RunLock, average_last_checkpoints, newest_complete_checkpoint
 from .hub import push_model_dir
 from .metrics import Seq2SeqMetrics, score_translations
-from .record import evaluation_warnings, results_record, summary_line
+from .record import TrainedRun, evaluation_warnings, results_record, summary_line
 from .reference import reference_for
 from .trainer import HfAttnSeq2SeqTrainer, StopOnSignalCallback, TimeBudgetCallback
 from .validate import check_cache_dir, check_model_flags, check_train_flags
@@ -138,7 +137,7 @@ def preempted_message(signal_name: str, step: int, checkpoint: str | None) -> st
             if checkpoint else f"stopped by {signal_name} at step {step} before any checkpoint was saved")
 
 
-def _finish(c) -> dict:
+def _finish(c: TrainedRun) -> dict:
     """Translate and score the test split, write results.json and the model card, push if asked (main process)."""
     hargs, targs, out_dir = c.hargs, c.targs, c.out_dir
     model = c.trainer.model
@@ -149,10 +148,10 @@ def _finish(c) -> dict:
     hyps = translate_texts(model, c.tokenizer, src_test, num_beams=hargs.num_beams, length_penalty=hargs.length_penalty,
                            batch_size=targs.per_device_eval_batch_size, max_source_length=hargs.max_source_length,
                            max_new_tokens=hargs.generation_max_new_tokens, desc="test")
-    c.dec_seconds = time.time() - t_dec
-    c.scores = score_translations(hyps, ref_test)
+    dec_seconds = time.time() - t_dec
+    scores = score_translations(hyps, ref_test)
     (out_dir / "test_translations.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    run = results_record(c, model, src_test, hyps)
+    run = results_record(c, model, src_test, hyps, scores, dec_seconds)
     run["reference"] = reference_for(run)
     run["warnings"] = evaluation_warnings(c.corpus.pairs("train")[0], src_test, hyps)
     for warning in run["warnings"]:
@@ -247,7 +246,7 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     if not trainer.is_world_process_zero():
         return None
 
-    return _finish(SimpleNamespace(
+    return _finish(TrainedRun(
         trainer=trainer, tokenizer=tokenizer, corpus=corpus, hargs=hargs, targs=targs, out_dir=out_dir, base=base,
         overrides=overrides, n_params=n_params, train_ds=train_ds, eval_ds=eval_ds, val=val, loss_hist=loss_hist,
         budget=budget, plan=plan, train_seconds=train_seconds, tokens=tokens, tokenizer_info=tokenizer_info,
