@@ -5,15 +5,15 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..analysis.stats import LAYER_KEYS
 from ..modeling.hyperparameters import SITES
 from .seeds import complete
 
 
-STATS = ("sparsity", "null_rate", "entropy", "head_diversity")
 SHOW = {"bp": ("BP", ".3f"), "gmm_gate": ("GMM gate, mean over layers", ".2f"),
         "calibration_mask_mean": ("calibration mask m, mean over layers", ".2f"),
         "source_use": ("source probe: loss shuffled - true", ".2f")}
-SITE_STATS = (*STATS, "top_p_mass")
+SITE_STATS = (*LAYER_KEYS, "top_p_mass")  # the statistics of a site in a run record
 
 
 def fmt(x, spec=".1f", none="-"):

@@ -7,8 +7,8 @@ import statistics
 from pathlib import Path
 
 from ..analysis.common import pyplot, save_figure
+from ..analysis.stats import LAYER_KEYS
 from ..modeling.hyperparameters import SITES
-from .columns import STATS
 
 
 def plot_validation_curves(records: list[dict], path: Path, title: str) -> Path:
@@ -71,13 +71,14 @@ def plot_attention_stats(runs: list[dict], path: Path, title: str) -> Path:
     """One panel per (statistic, site), one bar per preset."""
     plt = pyplot()
     done = [r for r in runs if r["status"] == "complete"]
-    fig, axes = plt.subplots(len(STATS), len(SITES), figsize=(4 * len(SITES), 2.4 * len(STATS)), squeeze=False)
-    for i, stat in enumerate(STATS):
+    fig, axes = plt.subplots(len(LAYER_KEYS), len(SITES), figsize=(4 * len(SITES), 2.4 * len(LAYER_KEYS)),
+                             squeeze=False)
+    for i, stat in enumerate(LAYER_KEYS):
         for j, site in enumerate(SITES):
             ax = axes[i][j]
             vals = [r["analysis"]["attention"]["sites"].get(site, {}).get(stat, float("nan")) for r in done]
             ax.bar(range(len(done)), vals, color="tab:green")
-            ax.set_xticks(range(len(done)), [r["spec"]["preset"] for r in done] if i == len(STATS) - 1 else
+            ax.set_xticks(range(len(done)), [r["spec"]["preset"] for r in done] if i == len(LAYER_KEYS) - 1 else
                           [""] * len(done), rotation=70, ha="right", fontsize=7)
             ax.set_title(f"{site}: {stat.replace('_', ' ')}", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
