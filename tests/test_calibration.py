@@ -324,7 +324,7 @@ def test_train_scales_the_anneal_timescale_to_the_step_budget():
     """T = 1e5 is the paper's for 150k steps; `hf-attn train` keeps its end ratio exp(-1.5) for a step budget."""
     import math
 
-    from hf_attn.training.run import scaled_anneal
+    from hf_attn.training.build import scaled_anneal
 
     assert scaled_anneal("calibration-anneal", 600, {}) == {"calibration_anneal_steps": 400.0}
     assert math.exp(-600 / 400.0) == pytest.approx(math.exp(-150_000 / 1e5))

@@ -52,7 +52,7 @@ def test_convert_writes_a_complete_directory(converted, trained):
     assert _param_count(trained) == json.loads((trained / "results.json").read_text())["params"]
     assert cfg["preset"] == "gmm" and cfg["auto_map"]["AutoModelForSeq2SeqLM"].endswith("HfAttnMarianMTModel")
     for name in ("model.safetensors", "generation_config.json", "tokenizer_config.json", "modeling_hf_attn.py",
-                 "attention_gmm.py", "README.md"):
+                 "attention_gmm.py", "gmm_mixture.py", "README.md"):
         assert (converted / name).is_file(), name
     card = (converted / "README.md").read_text()
     assert "- hf-attn" in card and "- gmm" in card and "Converted from `" in card and "Not trained since" in card

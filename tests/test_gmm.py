@@ -106,7 +106,7 @@ def test_mixture_density_gradient_equals_autograd_through_eq_6(c):
     """`MixtureDensity` writes out the gradient of Eq. 6; it equals autograd's through the same sum without the
     floor (both in float64), to 1e-7: for wide and narrow components (most positions below the floor), a component of
     width 0 (r = 0) and every position of a component under the floor (a tiny weight)."""
-    from hf_attn.modeling.attention_gmm import MixtureDensity
+    from hf_attn.modeling.gmm_mixture import MixtureDensity
 
     g = torch.Generator().manual_seed(0)
     shape, j_len = (2, 3, 4, 4), 60

@@ -14,7 +14,7 @@ from training_helpers import TINY_ARGS, run_cli
 
 from hf_attn.errors import HfAttnInputError
 from hf_attn.training.checkpoints import average_last_checkpoints
-from hf_attn.training.run import apply_noam, init_layers, noam_learning_rate
+from hf_attn.training.build import apply_noam, init_layers, noam_learning_rate
 
 
 def test_xavier_init_touches_the_layers_projections_only():
@@ -104,7 +104,7 @@ def test_a_run_records_its_recipe(tmp_path):
 
 
 def test_evaluation_warnings_name_what_makes_a_score_mean_little():
-    from hf_attn.training.run import evaluation_warnings
+    from hf_attn.training.record import evaluation_warnings
 
     train = [f"train sentence {i}" for i in range(500)]
     test = [f"test sentence {i}" for i in range(200)]

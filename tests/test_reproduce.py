@@ -12,7 +12,9 @@ from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
 from hf_attn.reproduce import report as rep
 from hf_attn.reproduce.matrix import RunSpec, matrix
 from hf_attn.reproduce.paper_pages import BLOCK_END as PAGE_END, BLOCK_START as PAGE_START, PAPERS
+from hf_attn.reproduce.readme import readme_groups
 from hf_attn.reproduce.runner import variant_figures
+from hf_attn.reproduce.tables import machine_lines, paired_bootstrap
 
 pytestmark = pytest.mark.slow
 
@@ -123,14 +125,14 @@ def test_failed_run_is_recorded_and_reported(tmp_path):
 
 def test_paired_bootstrap_known_answers():
     refs = ["the cat sat on the mat", "a dog ran in the park", "we eat bread"] * 10
-    same = rep.paired_bootstrap(refs, refs, refs, n_samples=100)
+    same = paired_bootstrap(refs, refs, refs, n_samples=100)
     assert same["bleu"]["delta"] == 0 and same["bleu"]["ci"] == [0, 0]
     worse = ["the cat", "a dog", "bread"] * 10
-    s = rep.paired_bootstrap(refs, worse, refs, n_samples=100)
+    s = paired_bootstrap(refs, worse, refs, n_samples=100)
     assert s["bleu"]["delta"] < -50 and s["bleu"]["ci"][1] < 0 and s["bleu"]["p_value"] < 0.05
     assert math.isfinite(s["chrf"]["delta"])
     with pytest.raises(ValueError):
-        rep.paired_bootstrap(refs, refs[:-1], refs)
+        paired_bootstrap(refs, refs[:-1], refs)
 
 
 def test_bad_flags_are_one_line_errors(tmp_path):
@@ -237,8 +239,8 @@ def test_machine_lines_name_the_runs_of_each_setup():
     def rec(name, device):
         return {"name": name, "results": {"device": device}}
 
-    assert rep.machine_lines([rec("a", "CPU"), rec("b", "CPU"), {"name": "c"}]) == ["- CPU: all runs"]
-    assert rep.machine_lines([rec("b", "CPU, kept"), rec("a", "CPU"), rec("c", "CPU")]) == ["- CPU: a, c",
+    assert machine_lines([rec("a", "CPU"), rec("b", "CPU"), {"name": "c"}]) == ["- CPU: all runs"]
+    assert machine_lines([rec("b", "CPU, kept"), rec("a", "CPU"), rec("c", "CPU")]) == ["- CPU: a, c",
                                                                                             "- CPU, kept: b"]
 
 
@@ -309,8 +311,8 @@ def test_readme_quotes_the_adopted_recipes_groups_with_enough_seeds():
                 "hypotheses": ["x"]}
 
     three = [rec(p, n, seed) for p in ("softmax", "rela-g") for n in (600, 1800) for seed in (42, 43, 44)]
-    assert rep.readme_groups(three) == [("marian", "de", "en", 1800, ()), ("marian", "de", "en", 600, ())]
+    assert readme_groups(three) == [("marian", "de", "en", 1800, ()), ("marian", "de", "en", 600, ())]
     flagged = [rec(p, 600, seed, flags=("--x", "1")) for p in ("softmax", "gmm") for seed in (42, 43, 44)]
     short = [rec("softmax", 900, seed) for seed in (42, 43, 44)] + [rec("gmm", 900, 42), rec("gmm", 900, 43)]
-    assert rep.readme_groups(flagged + short) == []  # an experiment's arm; a second preset with 2 seeds
-    assert rep.readme_groups([]) == []
+    assert readme_groups(flagged + short) == []  # an experiment's arm; a second preset with 2 seeds
+    assert readme_groups([]) == []

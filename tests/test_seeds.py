@@ -14,7 +14,10 @@ import pytest
 from hf_attn.errors import HfAttnInputError
 from hf_attn.reproduce import report as rep
 from hf_attn.reproduce.claims import claims_section
+from hf_attn.reproduce.experiments import experiments_section, load_experiments
 from hf_attn.reproduce.matrix import RunSpec
+from hf_attn.reproduce.records import SeedComparisons, relative_command
+from hf_attn.reproduce.records import test_data_name as split_name  # not a test: pytest would collect the name
 from hf_attn.reproduce.seeds import mean_sd, p_text, seed_bootstrap
 
 REAL = Path(__file__).resolve().parents[1] / "results" / "runs" / "de-en_600steps_seed42_softmax.json"
@@ -88,7 +91,7 @@ def _record(out: Path, preset: str, seed: int, hyps: list[str], train_args=(), w
     rec["results"]["bleu_details"]["bp"] = round(bleu.bp, 4)
     (out / "references").mkdir(parents=True, exist_ok=True)
     for suffix in (".txt", ".src.txt"):
-        (out / "references" / f"{rep.test_data_name(rec)}{suffix}").write_text("\n".join(REFS) + "\n")
+        (out / "references" / f"{split_name(rec)}{suffix}").write_text("\n".join(REFS) + "\n")
     if write:
         (out / "runs").mkdir(exist_ok=True)
         (out / "runs" / f"{spec.name}.json").write_text(json.dumps(rec))
@@ -124,7 +127,7 @@ EXPERIMENTS = {
 def test_comparative_claims_need_three_seeds(tmp_path):
     records = _matrix(tmp_path)
     few = [r for r in records if not (r["spec"]["preset"] == "rela-g" and r["spec"]["seed"] > 1)]
-    seed_cmp = rep.SeedComparisons(tmp_path, 200)
+    seed_cmp = SeedComparisons(tmp_path, 200)
 
     def row(records):
         _, rows = claims_section(records, {}, None, seed_cmp)
@@ -144,7 +147,7 @@ def test_comparative_claims_need_three_seeds(tmp_path):
 
 
 def test_experiment_rules_met_not_met_not_enough_seeds_not_run(tmp_path):
-    md, (data,) = rep.experiments_section(EXPERIMENTS, _matrix(tmp_path), rep.SeedComparisons(tmp_path, 200), 200)
+    md, (data,) = experiments_section(EXPERIMENTS, _matrix(tmp_path), SeedComparisons(tmp_path, 200), 200)
     assert [r["verdict"] for r in data["rules"]] == ["met", "not met", "not met", "not enough seeds (n=1)",
                                                       "not run yet"]
     text = "\n".join(md)
@@ -164,14 +167,14 @@ def test_bad_experiments_file_is_one_error_line(tmp_path, change, message):
     change(spec)
     (tmp_path / "experiments.json").write_text(json.dumps(spec))
     with pytest.raises(HfAttnInputError, match=message):
-        rep.load_experiments(tmp_path)
+        load_experiments(tmp_path)
 
 
 def test_relative_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cmd = (f"hf-attn reproduce --output_dir {tmp_path / 'results'} --runs_dir /elsewhere/hf-attn-runs/runs "
            f"--readme=README.md --report_only -- --train_file={tmp_path}/data/train.jsonl")
-    assert rep.relative_command(cmd) == ("hf-attn reproduce --output_dir results --runs_dir .../runs "
+    assert relative_command(cmd) == ("hf-attn reproduce --output_dir results --runs_dir .../runs "
                                          "--readme=README.md --report_only -- --train_file=data/train.jsonl")
 
 

@@ -218,7 +218,7 @@ def test_softmax_reference_comes_from_a_matching_reproduce_record(monkeypatch, t
     import json
 
     from hf_attn.training import reference
-    from hf_attn.training.run import summary_line
+    from hf_attn.training.record import summary_line
 
     common = {"test_sentences": 879, "train_steps": 300, "minutes": None, "default_model_size": True, "init_from": None,
               "data": {"corpus": "bible", "source_code": "e", "target_code": "4"},

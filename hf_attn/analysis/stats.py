@@ -214,7 +214,7 @@ def plot_layer_statistics(stats: dict, path, title: str = ""):
     """One panel per statistic, one line per site, layers on the x axis (like the ReLA paper's Figures 3 and 6)."""
     plt = pyplot()
 
-    keys = ["sparsity", "null_rate", "entropy", "head_diversity"]
+    keys = LAYER_KEYS
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
     for ax, key in zip(axes, keys):
         for site, rows in stats.items():

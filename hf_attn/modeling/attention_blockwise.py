@@ -17,6 +17,8 @@ training step reproducible.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -45,6 +47,18 @@ def activation_backward(grad: torch.Tensor, x: torch.Tensor, a: torch.Tensor, ac
     return torch.ops.aten.gelu_backward.grad_input(grad, x, grad_input=grad)
 
 
+class BlockOptions(NamedTuple):
+    """The settings of one block-wise call (`blockwise_relu_attention`), which its backward pass reads again."""
+
+    activation: str  # relu / gelu / leaky_relu (`activate`)
+    slope: float  # leaky_relu's negative slope
+    dropout: float  # attention dropout probability
+    chunk: int  # queries and keys per block
+    float32: bool  # the weights in float32 (also with ``stats``)
+    stats: bool  # also return the row statistics sum_j a_ij and sum_j a_ij log a_ij
+    seed: int  # the seed of the blocks' dropout masks (0 without dropout)
+
+
 def use_blocks(q_len: int, k_len: int, chunk: int, need_weights: bool) -> bool:
     """Run block-wise when a side is longer than ``chunk`` (0 = never) and the weights are not requested."""
     return chunk > 0 and max(q_len, k_len) > chunk and not need_weights
@@ -62,7 +76,7 @@ def blockwise_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dr
         raise ValueError(f"the block-wise row statistics (ReLUFormer's L_reg) need activation='relu', not {activation!r}")
     seed = int(torch.randint(0, 2**62, ()).item()) if dropout > 0 else 0
     out, total, s_log_s = _BlockwiseReluAttention.apply(
-        q, k, v, keep, (activation, slope, dropout, chunk, float32 or stats, stats, seed)
+        q, k, v, keep, BlockOptions(activation, slope, dropout, chunk, float32 or stats, stats, seed)
     )
     return out, (total if stats else None), (s_log_s if stats else None)
 
@@ -113,7 +127,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
     def _scores(q, k, keep, q0, q1, k0, k1, opts):
         """(x = q k^T, a = act(x) * keep, the block's mask or None). relu runs in place (a is x): its backward reads
         a alone. In place wherever possible: a block is megabytes, and every fresh one is a round trip to the OS."""
-        activation, slope, _, _, float32, _, _ = opts
+        activation, slope, float32 = opts.activation, opts.slope, opts.float32
         x = torch.matmul(q[:, :, q0:q1], k[:, :, k0:k1].transpose(-1, -2))
         x = x.float() if float32 and x.dtype in (torch.float16, torch.bfloat16) else x
         a = x.relu_() if activation == "relu" else activate(x, activation, slope)
@@ -122,7 +136,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, keep, opts):
-        chunk, stats = opts[3], opts[5]
+        chunk, stats = opts.chunk, opts.stats
         # head-split projections are transposed views: every block's matmul would copy its slices (~10% of the time)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         b, h, t, _ = q.shape
@@ -154,7 +168,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
     def _block_outputs(a, v, opts, index, scratch):
         """(dropout(a) v, and with stats the row sums sum_j a_ij and sum_j a_ij log a_ij (Shen et al. 2023 Eq. 7),
         else None, None) of one block: a its weights, v its keys' values."""
-        _, _, dropout, _, _, stats, seed = opts
+        dropout, stats, seed = opts.dropout, opts.stats, opts.seed
         dropped = a * _dropout_mask(a.shape, dropout, seed + index, a.device, a.dtype) if dropout > 0 else a
         out = torch.matmul(dropped.to(v.dtype), v)
         if not stats:
@@ -165,7 +179,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
     def backward(ctx, grad_out, grad_total, grad_s_log_s):
         q, k, v, kept, kept_x, kept_mask = ctx.saved_tensors
         keep, opts = ctx.keep, ctx.opts
-        chunk, stats = opts[3], opts[5]
+        chunk, stats = opts.chunk, opts.stats
         grad_out = None if grad_out is None else grad_out.contiguous()  # (as q, k, v in forward)
         # (without stats the row sums are empty placeholders; a compiled graph may hand them zero gradients)
         grads = (grad_out, grad_total, grad_s_log_s) if stats else (grad_out, None, None)
@@ -190,7 +204,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
     def _block_grads(q, k, v, x, a, mask, grads, opts, index, scratch):
         """(dq, dk, dv or None) of one block: q, k, v its rows and keys, x its scores, a = act(x) * keep, grads the
         incoming gradients of its rows (output, row sums, row sums of a log a; each may be None)."""
-        activation, slope, dropout, _, _, stats, seed = opts
+        activation, slope, dropout, stats, seed = opts.activation, opts.slope, opts.dropout, opts.stats, opts.seed
         grad_out, grad_total, grad_s_log_s = grads
         grad_v = None
         if grad_out is not None:

@@ -2,7 +2,7 @@
 
 A single training run says little about a method: at 600 steps on the Bible the BLEU of `softmax` alone moves by
 about 0.6 (standard deviation over seeds 42-44), and `rela-g`'s by 1.4, so a paired bootstrap over the test
-sentences of one seed (`report.paired_bootstrap`) measures the test set's noise, not the training's. A *group* is
+sentences of one seed (`tables.paired_bootstrap`) measures the test set's noise, not the training's. A *group* is
 every run of one configuration (base, pair, budget, extra train flags) whatever its seed; two presets of a group are
 compared with `seed_bootstrap`, which resamples the sentences and the seeds together.
 """

@@ -29,7 +29,7 @@ from ..modeling.configuration_hf_attn import hyperparameters as declared
 # scale_embedding=True (token embeddings x sqrt(d_model), as in Vaswani et al. 2017, fairseq and the opus-mt
 # configs): MarianConfig's default False leaves the 0.02-std token embeddings ~35x smaller than the sinusoidal
 # positions, and the model sits on a unigram plateau (loss ~6.3) for 300 steps (BLEU 0.0). The token embeddings
-# themselves are drawn from N(0, d_model**-0.5) (`--embedding_init_std`, `run.init_embeddings`), as in fairseq and the
+# themselves are drawn from N(0, d_model**-0.5) (`--embedding_init_std`, `build.init_embeddings`), as in fairseq and the
 # ReLA authors' code, so that they enter at unit scale like the positions.
 # Validation: the loss every 100 steps (results.json "curves"), no generation (`--prediction_loss_only false` with
 # `--predict_with_generate` adds validation BLEU); the test split is translated once, after training.

@@ -1,0 +1,123 @@
+"""The run records of a report's output directory and the test data they were scored on.
+
+`load_records` reads ``runs/<name>.json`` with the test translations beside it; the test sources and references of
+each record's data are cached in ``references/`` (`test_data_name`). `SeedComparisons` runs `seeds.seed_bootstrap` on
+two lists of records once for every table and claim that asks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..data import load_corpus
+from ..errors import HfAttnInputError
+from ..training.args import parse_train_args
+from .matrix import RunSpec
+from .seeds import seed_bootstrap
+
+
+def load_records(output_dir: Path) -> list[dict]:
+    out = []
+    for path in sorted(Path(output_dir, "runs").glob("*.json")):
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        hyp = path.with_suffix(".hyp.txt")
+        rec["hypotheses"] = hyp.read_text(encoding="utf-8").splitlines() if hyp.is_file() else None
+        out.append(rec)
+    return out
+
+
+# the `hf-attn train` flags that choose the test split: runs that agree on these (and on the pair) share it
+DATA_FLAGS = ("--corpus", "--train_file", "--validation_file", "--test_file", "--dataset", "--dataset_config_name",
+              "--max_predict_samples")
+
+
+def _flag(text: str) -> str:
+    """``--max-predict-samples=8`` -> ``--max_predict_samples``."""
+    return "--" + text[2:].split("=", 1)[0].replace("-", "_")
+
+
+def test_data_name(record: dict) -> str:
+    """The cache name of a record's test split: its pair, and a hash of the data flags it was given (if any), so that
+    every seed, budget and recipe flag of one pair shares one file."""
+    spec, args = record["spec"], list(record["spec"].get("train_args") or ())
+    data = [f"{_flag(a)}={a.split('=', 1)[1] if '=' in a else args[i + 1]}" for i, a in enumerate(args)
+            if a.startswith("--") and _flag(a) in DATA_FLAGS and ("=" in a or i + 1 < len(args))]
+    extra = f"_x{hashlib.sha1(' '.join(data).encode()).hexdigest()[:6]}" if data else ""
+    return f"{spec['source']}-{spec['target']}{extra}"
+
+
+def _test_split(output_dir: Path, record: dict) -> tuple[list[str], list[str]]:
+    """The test sources and references of a record's data, read from its data and cached in ``references/``."""
+    spec = dict(record["spec"], train_args=tuple(record["spec"].get("train_args") or ()))
+    hargs, _, _, _ = parse_train_args(RunSpec(**spec).train_argv(Path("unused"), False))
+    corpus = load_corpus(hargs.corpus, hargs.source, hargs.target, hargs.train_file, hargs.validation_file,
+                         hargs.test_file, hargs.dataset, hargs.dataset_config_name,
+                         {"train": hargs.max_train_samples, "test": hargs.max_predict_samples})
+    sources, refs = corpus.pairs("test")
+    for suffix, lines in ((".src.txt", sources), (".txt", refs)):
+        path = Path(output_dir, "references", test_data_name(record) + suffix)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return sources, refs
+
+
+def _cached_split(output_dir: Path, record: dict, suffix: str, which: int) -> list[str]:
+    path = Path(output_dir, "references", test_data_name(record) + suffix)
+    if path.is_file():
+        return path.read_text(encoding="utf-8").splitlines()
+    return _test_split(output_dir, record)[which]
+
+
+def references_for(output_dir: Path, record: dict) -> list[str]:
+    """The test references of a record's data, cached in ``references/<pair>.txt`` (`test_data_name`)."""
+    return _cached_split(output_dir, record, ".txt", 1)
+
+
+def sources_for(output_dir: Path, record: dict) -> list[str]:
+    """The test sources of a record's data, cached in ``references/<pair>.src.txt`` (`test_data_name`)."""
+    return _cached_split(output_dir, record, ".src.txt", 0)
+
+
+def shared_references(output_dir: Path, records: list[dict]) -> list[str]:
+    """The test references of ``records``, which are compared sentence by sentence and so must share them."""
+    refs = references_for(output_dir, records[0])
+    for r in records[1:]:
+        if references_for(output_dir, r) != refs:
+            raise HfAttnInputError(f"{r['name']} and {records[0]['name']} have different test references: runs are "
+                                   "compared only on the same test set")
+    return refs
+
+
+def relative_command(command: str, cwd: str | None = None) -> str:
+    """``command`` with each absolute path made relative to ``cwd`` (default: the current directory) when it lies
+    under it, else cut to ``.../<its last part>``: the report names no machine's directories."""
+    cwd = os.path.abspath(cwd or os.getcwd())
+    return " ".join(_relative_token(t, cwd) for t in command.split(" "))
+
+
+def _relative_token(token: str, cwd: str) -> str:
+    flag, eq, value = token.partition("=") if token.startswith("-") and "=" in token else ("", "", token)
+    if not os.path.isabs(value):
+        return token
+    value = os.path.normpath(value)
+    inside = os.path.commonpath([cwd, value]) == cwd
+    return flag + eq + (os.path.relpath(value, cwd) if inside else os.path.join("...", os.path.basename(value)))
+
+
+class SeedComparisons:
+    """`seeds.seed_bootstrap` of two lists of complete records (two presets' runs, one per seed) on their shared
+    test references; each pair of lists is computed once (the tables and the claims ask for the same ones)."""
+
+    def __init__(self, output_dir: Path, n_samples: int):
+        self.output_dir, self.n_samples, self.done = Path(output_dir), n_samples, {}
+
+    def __call__(self, a: list[dict], b: list[dict]) -> dict:
+        key = (tuple(r["name"] for r in a), tuple(r["name"] for r in b))
+        if key not in self.done:
+            refs = shared_references(self.output_dir, a + b)
+            self.done[key] = seed_bootstrap([r["hypotheses"] for r in a], [r["hypotheses"] for r in b], refs,
+                                            self.n_samples)
+        return self.done[key]
