@@ -330,8 +330,10 @@
     });
     attachTooltip(canvas);
     panel.append(canvas);
-    panel.append(el("p", { class: "scale" }, `darkest = ${(vmax / DATA.scale).toFixed(3)}, the largest weight ` +
-      "of this map; hatched = exactly 0" + (state.site === "decoder" ? "; blank = a later position" : "")));
+    const largest = Math.max(0, ...matrix.map((r) => Math.max(...r.map(Math.abs))));
+    const scale = largest === 0 ? "every weight of this map is exactly 0 (hatched)"
+      : `darkest = ${(vmax / DATA.scale).toFixed(3)}, the largest weight of this map; hatched = exactly 0`;
+    panel.append(el("p", { class: "scale" }, scale + (state.site === "decoder" ? "; blank = a later position" : "")));
     if (layer.components && head < 0) {
       panel.append(el("p", { class: "variant" }, "pick a head to see its Gaussian components (mu, sigma, weight)"));
     }
