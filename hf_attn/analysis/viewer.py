@@ -37,6 +37,7 @@ import torch
 from ..errors import HfAttnInputError
 from ..generation import decoding_settings, translate_texts
 from ..io_utils import check_output_file
+from ..modeling.hyperparameters import SITES
 from ..rundir import check_model_files, load_model_dir, read_run_args, run_pairs
 from .calibration import calibration_maps, calibration_modules
 from .common import pyplot, save_figure
@@ -46,7 +47,6 @@ from .stats import collect_attentions, entropy, null_rate, null_rows, sparsity_r
 
 ASSETS = Path(__file__).with_name("viewer_assets")
 SCALE = 1000  # weights stored as round(w * SCALE): 3 decimals
-SITES = ("encoder", "decoder", "cross")
 ROW_SUM_VARIANTS = ("rela", "reluformer")  # unnormalised ReLU weights: the rows do not sum to 1
 FAMILIES = {  # the viewer's variant families, by attention variant (softmax: the baselines' family)
     "softmax": "softmax", "sparsemax": "softmax", "entmax15": "softmax", "rela": "rela", "gmm": "gmm",

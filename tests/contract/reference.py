@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from entmax import entmax15, sparsemax
 
 from hf_attn.modeling.attention_gmm import SYNTHESIS_MAX_LOG_STEP, SYNTHESIS_MAX_LOG_WEIGHT
+from hf_attn.modeling.hyperparameters import SITES
 
-SITES = ("encoder", "decoder", "cross")
 OUTPUT_FIELD = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
 # weights that depend on positions only (the tokens never reach them)
 POSITION_ONLY = {"recurrent", "hard-gaussian", "synthesizer"}
