@@ -250,14 +250,27 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
     val = trainer.evaluate(metric_key_prefix="validation")
     trainer.save_model(str(out_dir))  # every process calls it (FSDP/DeepSpeed gather); only the main one writes
     if not trainer.is_world_process_zero():
+        release_process_group()  # before exiting while the main process still scores and writes the run
         return None
+    try:
+        return _finish(TrainedRun(
+            trainer=trainer, tokenizer=tokenizer, corpus=corpus, hargs=hargs, targs=targs, out_dir=out_dir, base=base,
+            overrides=overrides, n_params=n_params, train_ds=train_ds, eval_ds=eval_ds, val=val, loss_hist=loss_hist,
+            budget=budget, plan=plan, train_seconds=train_seconds, tokens=tokens, tokenizer_info=tokenizer_info,
+            embedding_init_std=embedding_init_std, t_start=t_start, push_after=push_after, kept_memory=kept_memory,
+            averaged=averaged))
+    finally:
+        release_process_group()
 
-    return _finish(TrainedRun(
-        trainer=trainer, tokenizer=tokenizer, corpus=corpus, hargs=hargs, targs=targs, out_dir=out_dir, base=base,
-        overrides=overrides, n_params=n_params, train_ds=train_ds, eval_ds=eval_ds, val=val, loss_hist=loss_hist,
-        budget=budget, plan=plan, train_seconds=train_seconds, tokens=tokens, tokenizer_info=tokenizer_info,
-        embedding_init_std=embedding_init_std, t_start=t_start, push_after=push_after, kept_memory=kept_memory,
-        averaged=averaged))
+
+def release_process_group() -> None:
+    """Leave the torch.distributed group of an `accelerate launch` / torchrun run, if any. A process that exits with
+    its group alive can abort in the group's threads ("terminate called without an active exception", exit -6)
+    while another process still works: the non-main processes leave as soon as the model is saved, the main one
+    after writing the run."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
 
 def _finished_checkpoint(ckpt, max_steps: int) -> bool:
     """True when checkpoint ``ckpt`` already holds ``max_steps`` optimizer steps (so resuming it trains no more)."""
