@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from huggingface_hub import HfApi, constants
+from huggingface_hub import HfApi, ModelCard, constants
 
 from ..data import load_tokenizer
 from ..errors import HfAttnInputError
@@ -57,27 +57,16 @@ def source_languages(source: str, tokenizer) -> list[str]:
     """The languages a converted card names: the source's own card (its YAML ``language:`` list, read from the
     directory or, for a Hub id, downloaded), else the tokenizer's ``source_lang`` / ``target_lang`` (Marian) or
     ``src_lang`` / ``tgt_lang`` (mBART-style); empty when neither says."""
-    import yaml
-
-    card = Path(source).expanduser() / "README.md"
-    if not card.is_file():
-        try:
-            from huggingface_hub import hf_hub_download
-
-            card = Path(hf_hub_download(source, "README.md"))
-        except Exception:  # noqa: BLE001 - no card on the Hub, or no network: fall back to the tokenizer
-            card = None
-    if card is not None:
-        text = card.read_text(encoding="utf-8", errors="replace")
-        if text.startswith("---"):
-            try:
-                meta = yaml.safe_load(text.split("---", 2)[1]) or {}
-            except yaml.YAMLError:
-                meta = {}
-            langs = meta.get("language") if isinstance(meta, dict) else None
-            langs = [langs] if isinstance(langs, str) else langs
-            if isinstance(langs, list) and all(isinstance(x, str) for x in langs) and langs:
-                return list(dict.fromkeys(langs))
+    local = Path(source).expanduser()
+    try:  # a broken YAML header reads as no metadata, as in `cards.existing_card`
+        card = ModelCard((local / "README.md").read_text(encoding="utf-8", errors="replace"),
+                         ignore_metadata_errors=True) if local.is_dir() else ModelCard.load(source)
+    except Exception:  # noqa: BLE001 - no card in the directory or on the Hub, or no network: the tokenizer says
+        card = None
+    langs = card.data.language if card is not None else None
+    langs = [langs] if isinstance(langs, str) else langs
+    if isinstance(langs, list) and langs and all(isinstance(x, str) for x in langs):
+        return list(dict.fromkeys(langs))
     pairs = [(getattr(tokenizer, a, None), getattr(tokenizer, b, None))
              for a, b in (("source_lang", "target_lang"), ("src_lang", "tgt_lang"))]
     for src, tgt in pairs:
