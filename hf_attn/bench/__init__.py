@@ -8,7 +8,7 @@
 - `results`: the benchmark result file, typed (`load_result`; the report and the paper claims read it);
 - `runner`: the benchmark's sentence-level and long-sequence modes;
 - `compile_check`: eager against compiled, per preset;
-- `render`: Markdown tables, the plot and the README's generated blocks.
+- `render`: Markdown tables, the plot and the generated blocks of the docs' Speed page.
 
 It builds on `hf_attn.modeling` (and `hf_attn.io_utils`) only; training, the report and the CLI import it, never the
 other way round.

@@ -1,4 +1,4 @@
-"""A benchmark result file, typed: what `scripts/benchmark.py` writes, and what the README block, the report and the
+"""A benchmark result file, typed: what `scripts/benchmark.py` writes, and what the docs' Speed block, the report and the
 paper claims read.
 
 The JSON holds ``settings`` (a `BenchSettings` plus the command, torch version and device) and either ``rows`` (the
