@@ -13,7 +13,7 @@ Rounds are interleaved (stock, softmax, A, B, ..., then softmax, A, B, ..., stoc
 round, so no model always runs first) and repeated; a ratio is the median
 over rounds of t_reference / t_preset in that round (> 1 = faster than the reference). Peak memory is the growth
 of the peak RSS during one training step, each model in a fresh subprocess (on CUDA: max_memory_allocated).
-The defaults are the documented setting (docs/speed.md) (small Marian, batch 32 x 30 with a quarter padded, beam-4 decoding of
+The defaults are docs/speed.md's setting (small Marian, batch 32 x 30 with a quarter padded, beam-4 decoding of
 16 x 24 tokens, 2 threads):
 
     python scripts/benchmark.py --repeats 5 --output runs/bench.json

@@ -1,5 +1,5 @@
-"""A benchmark result file, typed: what `scripts/benchmark.py` writes, and what the docs' Speed block, the report and the
-paper claims read.
+"""A benchmark result file, typed: what `scripts/benchmark.py` writes, and what the docs' Speed block, the report
+and the paper claims read.
 
 The JSON holds ``settings`` (a `BenchSettings` plus the command, torch version and device) and either ``rows`` (the
 sentence-level mode: per model a training step and a beam search, with the per-round ``times`` and, compiled,
