@@ -155,7 +155,7 @@ def test_existing_run_needs_resume(trained, capsys):
 
 def test_interrupted_run_resumes(tmp_path, cache):
     from hf_attn.errors import HfAttnInputError
-    from hf_attn.training.args import parse_train_args
+    from hf_attn.cli.train_args import parse_train_args
     from hf_attn.training.run import train
     from hf_attn.training.trainer import InterruptAfterSteps
 

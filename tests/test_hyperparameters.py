@@ -11,9 +11,10 @@ from conftest import BASE_DEFAULTS, TINY
 
 import hf_attn
 from hf_attn.cli import main
+from hf_attn.cli.train_args import build_train_parser, parse_train_args
 from hf_attn.modeling.hyperparameters import HfAttnConfigError
 from hf_attn.modeling.configuration_hf_attn import hyperparameters
-from hf_attn.training.args import MODEL_DEFAULTS, build_train_parser, parse_train_args
+from hf_attn.training.args import MODEL_DEFAULTS
 from hf_attn.modeling.bases import BASES
 
 # every variant hyperparameter: (command-line text, the value model.config must hold), never the default

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..training.args import parse_train_args
 from ..training.run import train
+from .train_args import parse_train_args
 
 def run(argv) -> int:
     hargs, targs, overrides, given = parse_train_args(argv)

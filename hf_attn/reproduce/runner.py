@@ -32,10 +32,10 @@ from ..analysis.calibration import calibration_maps, calibration_modules
 from ..analysis.gmm import gate_values, gmm_modules, mean_gate_per_layer
 from ..analysis.probe import source_probe
 from ..analysis.stats import attention_report, top_p_mass
+from ..cli.train_args import parse_train_args
 from ..errors import PREEMPTED_EXIT, HfAttnBusy, HfAttnInputError, HfAttnPreempted
 from ..io_utils import dumps_strict
 from ..rundir import load_model_dir, run_pairs
-from ..training.args import parse_train_args
 from ..training.checkpoints import RunLock, newest_complete_checkpoint
 from ..training.run import train
 from ..training.trainer import FirstSignal
