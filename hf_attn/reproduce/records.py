@@ -7,14 +7,16 @@ two lists of records once for every table and claim that asks.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import typing
 from pathlib import Path
 
 from ..data import load_corpus
 from ..errors import HfAttnInputError
-from ..training.args import parse_train_args
+from ..training.args import HfAttnArguments
 from .matrix import RunSpec
 from .seeds import seed_bootstrap
 
@@ -39,23 +41,48 @@ def _flag(text: str) -> str:
     return "--" + text[2:].split("=", 1)[0].replace("-", "_")
 
 
+def _flag_values(args: list[str]) -> list[tuple[str, str]]:
+    """(flag, value text) for each ``--flag VALUE`` / ``--flag=VALUE`` of ``args``, in order (a flag without a value
+    pairs with the next token: callers keep only flags that take one)."""
+    return [(_flag(a), a.split("=", 1)[1] if "=" in a else args[i + 1]) for i, a in enumerate(args)
+            if a.startswith("--") and ("=" in a or i + 1 < len(args))]
+
+
 def test_data_name(record: dict) -> str:
     """The cache name of a record's test split: its pair, and a hash of the data flags it was given (if any), so that
     every seed, budget and recipe flag of one pair shares one file."""
     spec, args = record["spec"], list(record["spec"].get("train_args") or ())
-    data = [f"{_flag(a)}={a.split('=', 1)[1] if '=' in a else args[i + 1]}" for i, a in enumerate(args)
-            if a.startswith("--") and _flag(a) in DATA_FLAGS and ("=" in a or i + 1 < len(args))]
+    data = [f"{flag}={value}" for flag, value in _flag_values(args) if flag in DATA_FLAGS]
     extra = f"_x{hashlib.sha1(' '.join(data).encode()).hexdigest()[:6]}" if data else ""
     return f"{spec['source']}-{spec['target']}{extra}"
+
+
+def data_arguments(argv: list[str]) -> dict:
+    """The pair and the data flags (`DATA_FLAGS`) of an `hf-attn train` command line, as `HfAttnArguments` types
+    them, with its defaults for those not given (the last of a repeated flag wins, as in the parser)."""
+    fields = {f.name: f for f in dataclasses.fields(HfAttnArguments)}
+    types = typing.get_type_hints(HfAttnArguments)
+    given = {flag: value for flag, value in _flag_values(argv) if flag in ("--source", "--target", *DATA_FLAGS)}
+    out = {}
+    for flag in ("--source", "--target", *DATA_FLAGS):
+        name = flag[2:]
+        if flag not in given:
+            out[name] = fields[name].default
+            continue
+        kind = next(t for t in (*typing.get_args(types[name]), types[name]) if t is not type(None))
+        try:
+            out[name] = kind(given[flag])
+        except ValueError:
+            raise HfAttnInputError(f"{flag} {given[flag]!r}: need {getattr(kind, '__name__', kind)}") from None
+    return out
 
 
 def _test_split(output_dir: Path, record: dict) -> tuple[list[str], list[str]]:
     """The test sources and references of a record's data, read from its data and cached in ``references/``."""
     spec = dict(record["spec"], train_args=tuple(record["spec"].get("train_args") or ()))
-    hargs, _, _, _ = parse_train_args(RunSpec(**spec).train_argv(Path("unused"), False))
-    corpus = load_corpus(hargs.corpus, hargs.source, hargs.target, hargs.train_file, hargs.validation_file,
-                         hargs.test_file, hargs.dataset, hargs.dataset_config_name,
-                         {"train": hargs.max_train_samples, "test": hargs.max_predict_samples})
+    d = data_arguments(RunSpec(**spec).train_argv(Path("unused"), False))
+    corpus = load_corpus(d["corpus"], d["source"], d["target"], d["train_file"], d["validation_file"], d["test_file"],
+                         d["dataset"], d["dataset_config_name"], {"test": d["max_predict_samples"]})
     sources, refs = corpus.pairs("test")
     for suffix, lines in ((".src.txt", sources), (".txt", refs)):
         path = Path(output_dir, "references", test_data_name(record) + suffix)
