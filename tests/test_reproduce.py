@@ -36,6 +36,36 @@ def test_matrix_order_and_names():
     assert RunSpec("softmax", "de", "en", 6, 1, "bart", ("--d_model", "32")).name.startswith("bart_de-en_6steps_seed1_x")
 
 
+@pytest.mark.parametrize("train_args", [
+    (),
+    ("--max-predict-samples=8", "--test_file", "t.jsonl", "--max_predict_samples", "5", "--resume", "--d_model", "64"),
+    ("--dataset", "dir", "--dataset-config-name", "de-en", "--corpus=bible", "--validation_file=v.jsonl"),
+])
+def test_the_test_split_is_read_from_the_data_flags_as_the_train_parser_reads_them(tmp_path, train_args):
+    """records.data_arguments reads a run's pair and data flags without a parser: the values `hf-attn train`'s parser
+    gives them (the last of a repeated flag wins, dashes or underscores, `HfAttnArguments`' types and defaults)."""
+    from hf_attn.cli.train_args import parse_train_args
+    from hf_attn.errors import HfAttnInputError
+    from hf_attn.reproduce.records import data_arguments
+
+    argv = RunSpec("rela-g", "de", "en", 10, 42, "marian", train_args).train_argv(tmp_path / "run", False)
+    hargs = parse_train_args(argv)[0]
+    assert data_arguments(argv) == {name: getattr(hargs, name) for name in data_arguments(argv)}
+    assert set(data_arguments(argv)) == {"source", "target", "corpus", "train_file", "validation_file", "test_file",
+                                         "dataset", "dataset_config_name", "max_predict_samples"}
+    with pytest.raises(HfAttnInputError, match="--max_predict_samples 'x': need int"):
+        data_arguments([*argv, "--max_predict_samples", "x"])
+
+
+def test_reproduce_options_hold_the_parsers_defaults():
+    from hf_attn.cli.reproduce import parse_reproduce_args
+    from hf_attn.reproduce.runner import ReproduceOptions
+
+    assert parse_reproduce_args([]) == (ReproduceOptions(), [])
+    options, train_args = parse_reproduce_args(["--jobs", "2", "--report-only", "--runs_dir", "r", "--", "--d_model", "64"])
+    assert options == ReproduceOptions(jobs=2, report_only=True, runs_dir="r") and train_args == ["--d_model", "64"]
+
+
 def test_reproduce_end_to_end(tmp_path):
     out, runs = tmp_path / "results", tmp_path / "runs"
     readme = tmp_path / "README.md"

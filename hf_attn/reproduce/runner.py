@@ -22,7 +22,8 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -241,34 +242,66 @@ def remember_plan(output_dir: Path, specs: list[RunSpec]) -> None:
     path.write_text(json.dumps(plan, indent=1) + "\n")
 
 
-def reproduce(a, train_args: list[str], command: str) -> int:
-    """`hf-attn reproduce` (options ``a`` from the CLI's parser; ``train_args`` go to every run)."""
-    for flag, v, lo in (("--jobs", a.jobs, 1), ("--sentences", a.sentences, 2), ("--bootstrap", a.bootstrap, 100)):
+@dataclass
+class ReproduceOptions:
+    """The options of `hf-attn reproduce` (its parser, `cli/reproduce.py`, takes its defaults from here): the matrix
+    (comma-separated ``presets``, ``pairs``, ``steps`` and ``seeds`` on ``base``, or the cells of an ``experiments``
+    file, ``only`` some of its experiments), where it goes (``output_dir``: records and report; ``runs_dir``: model
+    directories), how it runs (``jobs`` at a time, ``threads`` torch threads each, ``sentences`` for the analysis)
+    and the report (``bootstrap`` resamples; ``report_only``; also rewrite ``readme``'s headline and the paper pages
+    under ``docs``)."""
+
+    presets: str = "softmax,rela-g"
+    pairs: str = "de-en"
+    steps: str = "600"
+    seeds: str = "42"
+    base: str = "marian"
+    output_dir: str = "results"
+    runs_dir: str = os.path.join("runs", "reproduce")
+    jobs: int = 1
+    threads: int | None = None
+    sentences: int = 200
+    bootstrap: int = 1000
+    experiments: str | None = None
+    only: str | None = None
+    report_only: bool = False
+    readme: str | None = None
+    docs: str | None = None
+
+
+def reproduce(options: ReproduceOptions, train_args: Sequence[str], command: str) -> int:
+    """`hf-attn reproduce`: train the matrix of ``options`` (``train_args`` go to every run) and write its report;
+    ``command`` is the command line the report names."""
+    train_args = list(train_args)
+    for flag, v, lo in (("--jobs", options.jobs, 1), ("--sentences", options.sentences, 2),
+                        ("--bootstrap", options.bootstrap, 100)):
         if v < lo:
             raise HfAttnInputError(f"{flag} {v}: need at least {lo}")
-    if a.threads is not None and a.threads < 1:
-        raise HfAttnInputError(f"--threads {a.threads}: need at least 1")
+    if options.threads is not None and options.threads < 1:
+        raise HfAttnInputError(f"--threads {options.threads}: need at least 1")
     for bad in ("--preset", "--source", "--target", "--max_steps", "--seed", "--output_dir", "--base", "--resume"):
         if any(t == bad or t.startswith(bad + "=") for t in train_args):
             raise HfAttnInputError(f"{bad} after --: the matrix sets it; use --presets/--pairs/--steps/--seeds/--base/"
                                    "--runs_dir of `hf-attn reproduce` instead")
-    output_dir = Path(a.output_dir)
+    output_dir = Path(options.output_dir)
     failed = []
-    if not a.report_only:
-        if a.experiments:
+    if not options.report_only:
+        if options.experiments:
             if train_args:
                 raise HfAttnInputError("flags after -- with --experiments: each experiment's arms set the flags of its runs")
-            specs = experiment_specs(Path(a.experiments), csv_values(a.only, "--only") if a.only else None)
+            only = csv_values(options.only, "--only") if options.only else None
+            specs = experiment_specs(Path(options.experiments), only)
         else:
-            specs = matrix(csv_values(a.presets, "--presets"), csv_values(a.pairs, "--pairs"), csv_values(a.steps, "--steps", int),
-                           csv_values(a.seeds, "--seeds", int), a.base, train_args)
-        check_train_args(specs, Path(a.runs_dir))
+            specs = matrix(csv_values(options.presets, "--presets"), csv_values(options.pairs, "--pairs"),
+                           csv_values(options.steps, "--steps", int), csv_values(options.seeds, "--seeds", int),
+                           options.base, train_args)
+        check_train_args(specs, Path(options.runs_dir))
         remember_plan(output_dir, specs)
-        failed = run_matrix(specs, Path(a.runs_dir), output_dir, a.jobs, a.threads, a.sentences)
-    readme = Path(a.readme) if a.readme else None
-    docs = Path(a.docs) if a.docs else None
+        failed = run_matrix(specs, Path(options.runs_dir), output_dir, options.jobs, options.threads, options.sentences)
+    readme = Path(options.readme) if options.readme else None
+    docs = Path(options.docs) if options.docs else None
     with report_lock(output_dir):  # two matrices on one output_dir write their reports one after the other
-        path = write_report(output_dir, a.bootstrap, command, readme, docs)
+        path = write_report(output_dir, options.bootstrap, command, readme, docs)
     print(f"[hf-attn] wrote {path}")
     if failed:
         raise HfAttnInputError(f"{len(failed)} run(s) stopped: {', '.join(failed)}; run the same command again to "
