@@ -1,4 +1,5 @@
-"""No import cycles inside hf_attn/: every import counts, those inside functions too (they hide cycles, not cut them)."""
+"""No import cycles inside hf_attn/: every import counts, those inside functions too (they hide cycles, not cut them).
+And the CLI owns argument parsing: no module outside hf_attn/cli/ imports argparse or `HfArgumentParser`."""
 
 from __future__ import annotations
 
@@ -67,6 +68,32 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+PARSERS = ("argparse", "HfArgumentParser", "hf_argparser")  # the modules and the class that parse command lines
+
+
+def parser_imports(root: Path) -> dict[str, list[str]]:
+    """Module -> what it imports (or reaches as ``transformers.HfArgumentParser``) of `PARSERS`, anywhere in its file,
+    for every module of ``root`` outside its ``cli/`` package."""
+    out = {}
+    for name, (path, _) in modules(root).items():
+        if path.relative_to(root).parts[0] == "cli":
+            continue
+        found = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found += [a.name for a in node.names if set(a.name.split(".")) & set(PARSERS)]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if set(module.split(".")) & set(PARSERS):
+                    found.append(module)
+                found += [f"{module}.{a.name}" for a in node.names if a.name in PARSERS]
+            elif isinstance(node, ast.Attribute) and node.attr in PARSERS:
+                found.append(ast.unparse(node))
+        if found:
+            out[name] = found
+    return out
+
+
 def test_the_graph_sees_function_level_and_relative_imports(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
@@ -86,3 +113,28 @@ def test_hf_attn_has_no_import_cycles():
     assert len(graph) > 50 and graph["hf_attn.swap"]  # the whole package was read
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_parser_scan_sees_every_way_in(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "cli").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "cli" / "__init__.py"):
+        init.write_text("")
+    (pkg / "cli" / "train.py").write_text("import argparse\nfrom transformers import HfArgumentParser\n")
+    (pkg / "client.py").write_text("import json\n")
+    assert parser_imports(pkg) == {}  # the cli/ package may parse; a look-alike name that does not is not flagged
+    (pkg / "client.py").write_text("def f():\n    import argparse\n    return argparse\n")
+    (pkg / "a.py").write_text("from transformers import HfArgumentParser, Seq2SeqTrainingArguments\n")
+    (pkg / "b.py").write_text("import transformers\nP = transformers.HfArgumentParser\n")
+    (pkg / "c.py").write_text("from argparse import ArgumentTypeError as E\nfrom transformers.hf_argparser import x\n")
+    assert parser_imports(pkg) == {"pkg.client": ["argparse"], "pkg.a": ["transformers.HfArgumentParser"],
+                                   "pkg.b": ["transformers.HfArgumentParser"],
+                                   "pkg.c": ["argparse", "transformers.hf_argparser"]}
+
+
+def test_only_the_cli_parses_arguments():
+    """analysis/, reproduce/, training/ and the rest expose functions with typed parameters; hf_attn/cli/ parses."""
+    assert (PACKAGE / "cli" / "train_args.py").is_file()  # the scan skips the right folder
+    found = parser_imports(PACKAGE)
+    assert not found, "argument parsing outside hf_attn/cli/: " + "; ".join(
+        f"{name} imports {', '.join(what)}" for name, what in sorted(found.items()))
