@@ -86,3 +86,15 @@ def test_hf_attn_has_no_import_cycles():
     assert len(graph) > 50 and graph["hf_attn.swap"]  # the whole package was read
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_analysis_takes_typed_options_not_argparse():
+    """analysis/ gets `AnalyzeOptions` (its command line is parsed in cli/analyze.py)."""
+    importers = []
+    for path in sorted((PACKAGE / "analysis").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "argparse" for n in names):
+                importers.append(path.name)
+    assert len(list((PACKAGE / "analysis").rglob("*.py"))) > 10 and importers == []
