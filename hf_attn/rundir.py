@@ -15,6 +15,8 @@ from .data import load_corpus, load_tokenizer, read_parallel_file
 from .errors import HfAttnInputError
 from .modeling.bases import register_auto_classes
 
+SPLITS = ("test", "validation", "train")  # the splits of a run's data (run_pairs)
+
 
 def read_run_args(run_dir: str | os.PathLike) -> dict:
     """hf-attn's flags of the run in ``run_dir`` (its run_args.json; {} when there is none)."""
@@ -98,8 +100,8 @@ def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None,
               max_samples: int | None = None):
     """``(sources, references, description, run_args)``: the ``split`` of the data a run in ``model_dir`` was trained
     on (from its run_args.json), or the pairs of ``test_file``."""
-    if split not in ("test", "validation", "train"):
-        raise HfAttnInputError(f"--split {split!r}: valid: test, validation, train")
+    if split not in SPLITS:
+        raise HfAttnInputError(f"--split {split!r}: valid: {', '.join(SPLITS)}")
     prev = read_run_args(model_dir)
     source = source or prev.get("source")
     target = target or prev.get("target")

@@ -116,3 +116,25 @@ def test_a_site_whose_rows_are_all_null_has_no_top_p_mass_not_nan():
     assert rep["sites"]["encoder"]["null_rate"] == 1.0 and rep["sites"]["encoder"]["top_p_mass"] is None
     assert rep["sites"]["cross"]["top_p_mass"] is not None
     assert "-" in format_report("run", rep).splitlines()[0]
+
+
+def test_analyze_options_are_checked_before_any_model_is_loaded(tmp_path):
+    from hf_attn.analysis.options import AnalyzeOptions
+    from hf_attn.analysis.report import check_options
+    from hf_attn.errors import HfAttnInputError
+
+    assert check_options(AnalyzeOptions(["never/loaded"], figures="gmm-bleu")) == ["gmm-bleu"]
+    assert AnalyzeOptions(["a"], long_lengths=[8]).long_lengths == (8,)  # lists are kept as tuples
+    for options, message in [
+        (AnalyzeOptions("runs/rela-g"), r"model_dirs 'runs/rela-g': need a list of model directories"),
+        (AnalyzeOptions(()), r"model_dirs \(\): need a list of model directories"),
+        (AnalyzeOptions(["d"], sentences=0), r"--sentences 0: need at least 1"),
+        (AnalyzeOptions(["d"], split="dev"), r"--split 'dev': valid: test, validation, train"),
+        (AnalyzeOptions(["d"], top_p=1.5), r"--top_p 1.5: need a fraction in \(0, 1\]"),
+        (AnalyzeOptions(["d"], tau=float("inf")), r"--tau inf: need a temperature > 0"),
+        (AnalyzeOptions(["d"], batch_size=0), r"--batch_size 0: need at least 1"),
+        (AnalyzeOptions(["d"], figures="gmm-entropi"), r"--figures 'gmm-entropi' is not a figure"),
+        (AnalyzeOptions(["d"], speed_batch_sizes=(1, 2.5)), r"--speed_batch_sizes 1,2.5: need a list of int values"),
+    ]:
+        with pytest.raises(HfAttnInputError, match=message):
+            check_options(options)

@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import fields
 
 import pytest
 import torch
 
 import hf_attn
+from hf_attn.analysis.options import AnalyzeOptions, option_defaults
+from hf_attn.analysis.report import analyze_dirs
 from hf_attn.cli import main
+from hf_attn.cli.analyze import analyze_parser, parse_options
 from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
 
 
@@ -113,10 +117,24 @@ def test_analyze_reports_and_plots(trained, tmp_path, capsys):
         assert 0 < f["top_p_mass"] <= 1 + 1e-6 and len(rep["layers"][site]) == 1
         assert f"{trained.name:<28} {site:<8} {f['sparsity']:>8.3f}" in printed
     assert (plots / f"{trained.name}_attention.png").stat().st_size > 1000
+    same = analyze_dirs(AnalyzeOptions((str(trained),), sentences=5))[str(trained)]  # the library call, no parser
+    assert all(same["sites"][site] == pytest.approx(rep["sites"][site]) for site in rep["sites"])
     assert main(["analyze", str(trained), "--sentences", "0"]) == 2
     assert "--sentences 0: need at least 1" in capsys.readouterr().err
     assert main(["analyze", str(tmp_path / "none")]) == 2
     assert "holds no config.json" in capsys.readouterr().err
+
+
+def test_analyze_flags_are_the_options_fields_with_their_defaults(capsys):
+    namespace = analyze_parser().parse_args(["runs/a"])
+    assert vars(namespace) == {**option_defaults(), "model_dirs": ["runs/a"]}
+    assert list(vars(namespace)) == [f.name for f in fields(AnalyzeOptions)]
+    assert parse_options(["runs/a", "runs/b", "--speed_beams", "2,3", "--top_p_values", "0.5", "--seed", "7"]) == \
+        AnalyzeOptions(("runs/a", "runs/b"), speed_beams=(2, 3), top_p_values=(0.5,), seed=7)
+    for value, message in (("0", "'0': need values > 0"), ("1,x", "'1,x': need comma-separated int values")):
+        with pytest.raises(SystemExit):
+            main(["analyze", "runs/a", "--speed_beams", value])
+        assert f"argument --speed_beams: {message}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("make_args, message", [

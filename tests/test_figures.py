@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from types import SimpleNamespace
+from dataclasses import replace
 
 import pytest
 import torch
 from conftest import EOS, PAD, tiny_model
 
 from hf_attn.analysis import alignment, common, figures, rela
+from hf_attn.analysis.options import AnalyzeOptions
 from hf_attn.errors import HfAttnInputError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -65,18 +66,15 @@ TARGETS = ["that is good", "in the beginning was the word", "and the word was wi
            "he said to them", "behold i come quickly", "the earth was without form", "let there be light"]
 
 
-def args(**overrides):
-    a = SimpleNamespace(batch_size=4, seed=0, plot_dir=None, num_beams=1, speed_groups=3, speed_repeats=1,
-                        speed_batch_sizes=[1, 4], speed_beams=[1, 2], top_p_values=[0.1, 0.5], long_lengths=[8, 16],
-                        kendall_sentences=3, bins=10, gold_alignments=None, alignment_layer=-1, rank_null=None,
-                        rank_output=None, shuffle_fraction=None, top_share=0.1)
-    a.__dict__.update(overrides)
-    return a
+def options(**overrides) -> AnalyzeOptions:
+    small = dict(batch_size=4, num_beams=1, speed_groups=3, speed_batch_sizes=(1, 4), speed_beams=(1, 2),
+                 top_p_values=(0.1, 0.5), long_lengths=(8, 16), kendall_sentences=3, bins=10, alignment_layer=-1)
+    return AnalyzeOptions(model_dirs=("unused",), **{**small, **overrides})
 
 
 def context(preset, **overrides):
     model = tiny_model("marian", preset, max_position_embeddings=64)
-    return figures.Context(model, WordTokenizer(), preset, list(SOURCES), list(TARGETS), args(**overrides))
+    return figures.Context(model, WordTokenizer(), preset, list(SOURCES), list(TARGETS), options(**overrides))
 
 
 # ---- shared pieces -----------------------------------------------------------------------------------------------------
@@ -142,7 +140,7 @@ def test_aer_per_layer_on_a_tiny_model_against_its_own_alignment(tmp_path):
     lines = out["alignments"]
     assert out["layer"] == 1 and len(lines) == 8 and all(set(x) <= set("0123456789- ") for x in lines)
     (tmp_path / "gold.txt").write_text("\n".join(lines) + "\n")
-    ctx.args.gold_alignments, ctx.args.plot_dir = str(tmp_path / "gold.txt"), str(tmp_path)
+    ctx.options = replace(ctx.options, gold_alignments=str(tmp_path / "gold.txt"), plot_dir=str(tmp_path))
     out = figures.rela_aer(ctx)
     assert out["shifted"]["layers"][-1]["aer"] == pytest.approx(0.0)  # the gold is that layer's own alignment
     assert out["shifted"]["skipped"] == 0 and len(out["normal"]["layers"]) == 2
@@ -151,7 +149,7 @@ def test_aer_per_layer_on_a_tiny_model_against_its_own_alignment(tmp_path):
     assert (tmp_path / "rela-g_rela-aer.png").stat().st_size > 5000
     gmm = figures.gmm_alignment(ctx)
     assert gmm["layer"] == 0 and 0 <= gmm["precision"] <= 1 and 0 <= gmm["recall"] <= 1
-    ctx.args.gold_alignments = None
+    ctx.options = replace(ctx.options, gold_alignments=None)
     assert figures.run_figures(ctx, ["rela-aer"])["rela-aer"]["skipped"].startswith("needs --gold-alignments")
 
 
@@ -220,7 +218,7 @@ def test_reluformer_entropy_and_mass_by_layer_and_length(tmp_path):
     assert 0 < mass["0.1"] <= mass["0.5"] <= 1 + 1e-6
     long = figures.reluformer_long(ctx)
     assert set(long) == {"8", "16"} and long["16"]["documents"] < long["8"]["documents"] <= 8
-    ctx.args.long_lengths = [100]
+    ctx.options = replace(ctx.options, long_lengths=(100,))
     with pytest.raises(HfAttnInputError, match=r"--long_lengths 100: .* 64 positions.*<= 62"):
         figures.reluformer_long(ctx)
     assert (tmp_path / "reluformer_reluformer-long.png").stat().st_size > 5000
@@ -271,9 +269,20 @@ def test_figure_names_and_flags_are_checked():
     assert figures.parse_figures("all") == list(figures.FIGURES)
     with pytest.raises(HfAttnInputError, match=r"--figures 'gmm-entropi' is not a figure \(did you mean 'gmm-entropy'"):
         figures.parse_figures("gmm-entropy,gmm-entropi")
-    a = SimpleNamespace(figures=None, rank_null=None, shuffle_fraction=1.5, top_share=0.1)
-    with pytest.raises(HfAttnInputError, match=r"--shuffle-fraction 1.5: need a share in \(0, 1\)"):
-        figures.check_arguments(a)
+    assert figures.parse_figures(["gmm-bleu", " ran-bleu"]) == ["gmm-bleu", "ran-bleu"]
+    assert figures.check_arguments(options(figures="gmm-bleu", shuffle_fraction=0.2)) == ["gmm-bleu", "rela-rank-null"]
+    for overrides, message in [
+        ({"shuffle_fraction": 1.5}, r"--shuffle-fraction 1.5: need a share in \(0, 1\)"),
+        ({"top_share": 0}, r"--top_share 0: need a share in \(0, 1\]"),
+        ({"bins": 0}, r"--bins 0: need at least 1"),
+        ({"speed_beams": (1, 0)}, r"--speed_beams 1,0: need a list of int values > 0, e.g. 1,4,8"),
+        ({"long_lengths": "128,256"}, r"--long_lengths '128,256': need a list of int values > 0, e.g. 128,256,512"),
+        ({"top_p_values": ()}, r"--top_p_values \(\): need a list of float values > 0"),
+        ({"top_p_values": [0.1, 2]}, r"--top_p_values 0.1,2: need shares in \(0, 1\]"),
+        ({"gold_alignments": "missing.txt"}, r"--gold-alignments 'missing.txt': no such file"),
+    ]:
+        with pytest.raises(HfAttnInputError, match=message):
+            figures.check_arguments(options(**overrides))
 
 
 def test_analyze_command_runs_every_figure(tmp_path, capsys):

@@ -8,6 +8,7 @@ does not apply to a model (a calibration figure on a model without calibrated at
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from . import common
 from .alignment import alignment_quality, read_pharaoh, word_alignments
 from .calibration import calibration_modules, calibration_statistics, kendall_with_gradients
 from .gmm import TABLE6_EDGES, entropy_by_length
+from .options import NUMBER_LISTS, AnalyzeOptions, option_defaults
 from .ran import layer_pair_jsd, plot_histograms, plot_matrices, weight_histograms
 from .rela import (
     null_rate_shuffled,
@@ -44,16 +46,16 @@ class Context:
     name: str  # the run's directory name, for file names and titles
     sources: list
     targets: list
-    args: object  # the parsed `hf-attn analyze` arguments
+    options: AnalyzeOptions  # batch size, beams, plot directory and the figures' settings
     cache: dict = field(default_factory=dict)
 
     def batches(self, sources=None, targets=None, max_length: int = 128, desc: str = "batches"):
         return list(common.tokenized_batches(self.tokenizer, sources or self.sources, targets or self.targets,
-                                             self.args.batch_size, max_length, self.progress, desc))
+                                             self.options.batch_size, max_length, self.progress, desc))
 
     @property
     def progress(self) -> bool:
-        return len(self.sources) > 4 * self.args.batch_size
+        return len(self.sources) > 4 * self.options.batch_size
 
     def once(self, key, compute):
         if key not in self.cache:
@@ -61,26 +63,28 @@ class Context:
         return self.cache[key]
 
     def hypotheses(self) -> list[str]:
+        o = self.options
         return self.once("hyps", lambda: translate_texts(self.model, self.tokenizer, self.sources,
-                                                          num_beams=self.args.num_beams, batch_size=self.args.batch_size,
+                                                          num_beams=o.num_beams, batch_size=o.batch_size,
                                                           progress=True, desc=f"translating ({self.name})"))
 
     def plot(self, figure: str) -> Path | None:
-        if not self.args.plot_dir:
+        if not self.options.plot_dir:
             return None
-        Path(self.args.plot_dir).mkdir(parents=True, exist_ok=True)
-        return Path(self.args.plot_dir) / f"{self.name}_{figure}.png"
+        Path(self.options.plot_dir).mkdir(parents=True, exist_ok=True)
+        return Path(self.options.plot_dir) / f"{self.name}_{figure}.png"
 
 
 def gold(ctx: Context):
-    if not ctx.args.gold_alignments:
+    if not ctx.options.gold_alignments:
         raise Skip("needs --gold-alignments FILE (Pharaoh i-j lines, one per analysed pair)")
-    return ctx.once("gold", lambda: read_pharaoh(ctx.args.gold_alignments))
+    return ctx.once("gold", lambda: read_pharaoh(ctx.options.gold_alignments))
 
 
 # ---- ReLA ------------------------------------------------------------------------------------------------------------
 def rela_null_shuffled(ctx: Context) -> dict:
-    out = null_rate_shuffled(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets, ctx.args.batch_size, ctx.args.seed)
+    out = null_rate_shuffled(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets, ctx.options.batch_size,
+                             ctx.options.seed)
     if ctx.plot("rela-null-shuffled"):
         series = {f"{site} ({kind})": (list(range(1, len(v) + 1)), v) for kind, sites in out.items() for site, v in sites.items()}
         common.plot_series(series, ctx.plot("rela-null-shuffled"), f"ReLA Figure 6: null rate, true vs shuffled targets "
@@ -89,7 +93,7 @@ def rela_null_shuffled(ctx: Context) -> dict:
 
 
 def rela_rank_null(ctx: Context) -> dict:
-    a = ctx.args
+    a = ctx.options
     if not a.rank_null and a.shuffle_fraction is None:
         raise Skip("needs --rank-null FILE and/or --shuffle-fraction F")
     sources, targets = ctx.cache.get("rank_pairs", (ctx.sources, ctx.targets))
@@ -113,7 +117,7 @@ def rela_rank_null(ctx: Context) -> dict:
 
 
 def rela_alignment(ctx: Context) -> dict:
-    layer, lines = word_alignments(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets, ctx.args.alignment_layer)
+    layer, lines = word_alignments(ctx.model, ctx.tokenizer, ctx.sources, ctx.targets, ctx.options.alignment_layer)
     return {"layer": layer, "shifted": True, "format": "pharaoh source-target", "alignments": lines}
 
 
@@ -137,10 +141,10 @@ def rela_aer(ctx: Context) -> dict:
 
 
 def _speed_by_length(ctx: Context, figure: str, title: str) -> list[dict]:
-    groups = common.equal_count_groups([common.words(s) for s in ctx.sources], ctx.args.speed_groups)
+    groups = common.equal_count_groups([common.words(s) for s in ctx.sources], ctx.options.speed_groups)
     rows = ctx.once("speed_by_length", lambda: common.speed_by_groups(
         ctx.model, ctx.tokenizer, {f"group {k + 1}": [ctx.sources[i] for i in g] for k, g in enumerate(groups)},
-        batch_size=1, num_beams=ctx.args.num_beams, repeats=ctx.args.speed_repeats, progress=True))
+        batch_size=1, num_beams=ctx.options.num_beams, repeats=ctx.options.speed_repeats, progress=True))
     if ctx.plot(figure):
         common.plot_series({ctx.name: ([r["mean_source_words"] for r in rows], [r["sentences_per_second"] for r in rows])},
                            ctx.plot(figure), title, "mean source length (words)", "sentences / second (batch 1)")
@@ -149,7 +153,7 @@ def _speed_by_length(ctx: Context, figure: str, title: str) -> list[dict]:
 
 def rela_speed(ctx: Context) -> dict:
     rows = _speed_by_length(ctx, "rela-speed", f"ReLA Figure 2: decoding speed by source length ({ctx.name})")
-    return {"batch_size": 1, "num_beams": ctx.args.num_beams, "groups": rows}
+    return {"batch_size": 1, "num_beams": ctx.options.num_beams, "groups": rows}
 
 
 # ---- GMM ---------------------------------------------------------------------------------------------------------------
@@ -185,10 +189,10 @@ def gmm_bleu(ctx: Context) -> dict:
 
 # ---- ReLUFormer --------------------------------------------------------------------------------------------------------
 def reluformer_layers(ctx: Context) -> dict:
-    out = layer_entropy_and_mass(ctx.model, ctx.batches(desc="entropy"), ctx.args.top_p_values)
+    out = layer_entropy_and_mass(ctx.model, ctx.batches(desc="entropy"), ctx.options.top_p_values)
     if ctx.plot("reluformer-layers"):
         series = {f"{site} H(s)": ([r["layer"] + 1 for r in rows], [r["entropy"] for r in rows]) for site, rows in out.items()}
-        p = str(ctx.args.top_p_values[-1])
+        p = str(ctx.options.top_p_values[-1])
         series.update({f"{site} top-{float(p):.1%}": ([r["layer"] + 1 for r in rows], [r["top_p_mass"][p] for r in rows])
                        for site, rows in out.items()})
         common.plot_series(series, ctx.plot("reluformer-layers"), f"ReLUFormer Table 3 / Figures 2, 4: entropy and "
@@ -198,20 +202,21 @@ def reluformer_layers(ctx: Context) -> dict:
 
 def reluformer_long(ctx: Context) -> dict:
     most = getattr(ctx.model.config, "max_position_embeddings", None)
-    if most and max(ctx.args.long_lengths) + 2 > most:
-        raise HfAttnInputError(f"--long_lengths {max(ctx.args.long_lengths)}: {ctx.name} has {most} positions, so the "
-                               f"longest input is {most - 2} tokens; give lengths <= {most - 2}")
+    longest = max(ctx.options.long_lengths)
+    if most and longest + 2 > most:
+        raise HfAttnInputError(f"--long_lengths {longest}: {ctx.name} has {most} positions, so the longest input is "
+                               f"{most - 2} tokens; give lengths <= {most - 2}")
     out = {}
-    for limit in ctx.args.long_lengths:
+    for limit in ctx.options.long_lengths:
         src, tgt = long_documents(ctx.tokenizer, ctx.sources, ctx.targets, limit)
         layers = layer_entropy_and_mass(ctx.model, ctx.batches(src, tgt, max_length=limit + 2, desc=f"length {limit}"),
-                                        ctx.args.top_p_values)
+                                        ctx.options.top_p_values)
         out[str(limit)] = {"documents": len(src), "layers": layers, "sites": {
             site: {"entropy": sum(r["entropy"] for r in rows) / len(rows),
                    "top_p_mass": {p: sum(r["top_p_mass"][p] for r in rows) / len(rows) for p in rows[0]["top_p_mass"]}}
             for site, rows in layers.items()}}
     if ctx.plot("reluformer-long"):
-        xs = list(ctx.args.long_lengths)
+        xs = list(ctx.options.long_lengths)
         series = {site: (xs, [out[str(n)]["sites"][site]["entropy"] for n in xs]) for site in out[str(xs[0])]["sites"]}
         common.plot_series(series, ctx.plot("reluformer-long"), f"ReLUFormer Tables 3, 5 / Figures 2, 4: entropy by "
                            f"input length ({ctx.name})", "input length limit L (tokens)", "entropy H(s) (nats)")
@@ -252,7 +257,7 @@ def calibration_entropy(ctx: Context) -> dict:
 
 
 def calibration_kendall(ctx: Context) -> dict:
-    n = min(len(ctx.sources), ctx.args.kendall_sentences)
+    n = min(len(ctx.sources), ctx.options.kendall_sentences)
     out = kendall_with_gradients(ctx.model, ctx.batches(ctx.sources[:n], ctx.targets[:n], desc="gradients"))
     if ctx.plot("calibration-kendall"):
         series = {kind: ([r["layer"] + 1 for r in rows], [r["kendall_tau"] for r in rows]) for kind, rows in out.items() if rows}
@@ -263,10 +268,10 @@ def calibration_kendall(ctx: Context) -> dict:
 
 # ---- RAN ---------------------------------------------------------------------------------------------------------------
 def ran_histograms(ctx: Context) -> dict:
-    out = weight_histograms(ctx.model, ctx.batches(desc="histograms"), ctx.args.bins)
+    out = weight_histograms(ctx.model, ctx.batches(desc="histograms"), ctx.options.bins)
     if ctx.plot("ran-histograms"):
         plot_histograms(out, ctx.plot("ran-histograms"), f"RAN Figure 5: attention weight histograms ({ctx.name})")
-    return {"bins": ctx.args.bins, "histograms": out}
+    return {"bins": ctx.options.bins, "histograms": out}
 
 
 def ran_layer_jsd(ctx: Context) -> dict:
@@ -285,7 +290,7 @@ def ran_bleu(ctx: Context) -> dict:
 
 
 def ran_speed(ctx: Context) -> dict:
-    a = ctx.args
+    a = ctx.options
     by_batch = [{"batch_size": b, **common.speed_by_groups(ctx.model, ctx.tokenizer, {f"batch {b}": ctx.sources}, b,
                                                            a.num_beams, a.speed_repeats)[0]} for b in a.speed_batch_sizes]
     by_beam = [{"num_beams": k, **common.speed_by_groups(ctx.model, ctx.tokenizer, {f"beam {k}": ctx.sources},
@@ -324,10 +329,15 @@ def help_text() -> str:
     return "figures (--figures NAME,... or all):\n" + "\n".join(f"  {n:<{width}}  {d}" for n, (_, d) in FIGURES.items())
 
 
-def parse_figures(value: str | None) -> list[str]:
+def parse_figures(value: str | Sequence[str] | None) -> list[str]:
+    """The figure names of ``value``: comma-separated names (or a list of them), or ``all``."""
     if not value:
         return []
-    names = list(FIGURES) if value.strip() == "all" else [n.strip() for n in value.split(",") if n.strip()]
+    if isinstance(value, str):
+        value = [value] if value.strip() == "all" else value.split(",")
+    names = [n.strip() for n in value if n.strip()]
+    if names == ["all"]:
+        names = list(FIGURES)
     for n in names:
         if n not in FIGURES:
             raise HfAttnInputError(f"--figures {n!r} is not a figure{did_you_mean(n, FIGURES)}; "
@@ -347,22 +357,34 @@ def run_figures(ctx: Context, names) -> dict:
     return out
 
 
-def check_arguments(a) -> list[str]:
-    """Validate the figure options; the figure names to run."""
-    names = parse_figures(a.figures)
-    if (a.rank_null or a.shuffle_fraction is not None) and "rela-rank-null" not in names:
+def _comma_list(values) -> str:
+    return (",".join(map(str, values)) or "()") if isinstance(values, (list, tuple)) else repr(values)
+
+
+def check_arguments(options: AnalyzeOptions) -> list[str]:
+    """Validate the figure options (one clear error each, naming the flag); the figure names to run."""
+    o = options
+    names = parse_figures(o.figures)
+    if (o.rank_null or o.shuffle_fraction is not None) and "rela-rank-null" not in names:
         names.append("rela-rank-null")
-    if a.shuffle_fraction is not None and not 0 < a.shuffle_fraction < 1:
-        raise HfAttnInputError(f"--shuffle-fraction {a.shuffle_fraction}: need a share in (0, 1), e.g. 0.05")
-    if not 0 < a.top_share <= 1:
-        raise HfAttnInputError(f"--top_share {a.top_share}: need a share in (0, 1], e.g. 0.1")
+    if o.shuffle_fraction is not None and not 0 < o.shuffle_fraction < 1:
+        raise HfAttnInputError(f"--shuffle-fraction {o.shuffle_fraction}: need a share in (0, 1), e.g. 0.05")
+    if not 0 < o.top_share <= 1:
+        raise HfAttnInputError(f"--top_share {o.top_share}: need a share in (0, 1], e.g. 0.1")
     for flag in ("num_beams", "speed_groups", "speed_repeats", "kendall_sentences", "bins"):
-        if getattr(a, flag) < 1:
-            raise HfAttnInputError(f"--{flag} {getattr(a, flag)}: need at least 1")
-    if any(p > 1 for p in a.top_p_values):
-        raise HfAttnInputError(f"--top_p_values {a.top_p_values}: need shares in (0, 1], e.g. 0.01,0.1")
+        if getattr(o, flag) < 1:
+            raise HfAttnInputError(f"--{flag} {getattr(o, flag)}: need at least 1")
+    for flag in NUMBER_LISTS:
+        values, kind = getattr(o, flag), float if flag == "top_p_values" else int
+        numbers = isinstance(values, (list, tuple)) and values and all(
+            isinstance(v, (kind, int)) and not isinstance(v, bool) for v in values)
+        if not numbers or min(values) <= 0:
+            raise HfAttnInputError(f"--{flag} {_comma_list(values)}: need a list of {kind.__name__} values > 0, "
+                                   f"e.g. {_comma_list(option_defaults()[flag])}")
+    if any(p > 1 for p in o.top_p_values):
+        raise HfAttnInputError(f"--top_p_values {_comma_list(o.top_p_values)}: need shares in (0, 1], e.g. 0.01,0.1")
     for flag in ("rank_null", "gold_alignments"):
-        path = getattr(a, flag)
+        path = getattr(o, flag)
         if path and not Path(path).is_file():
             raise HfAttnInputError(f"--{flag.replace('_', '-')} {path!r}: no such file")
     return names
