@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..io_utils import dumps_strict
+from ..rundir import SPLITS
 from ..training.run import evaluate_dir
 from ..training.validate import DECODE_FLAGS, check_flags
 
 def run(argv) -> int:
     ap = argparse.ArgumentParser(prog="hf-attn evaluate", description="re-score a saved model (BLEU/chrF, sacrebleu)")
     ap.add_argument("model_dir")
-    ap.add_argument("--split", default="test", choices=["test", "validation", "train"])
+    ap.add_argument("--split", default="test", choices=SPLITS)
     ap.add_argument("--test_file", "--test-file", default=None, help="score on this file instead (.jsonl/.tsv)")
     ap.add_argument("--source", default=None)
     ap.add_argument("--target", default=None)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..analysis import viewer
+from ..rundir import SPLITS
 
 
 def view_parser() -> argparse.ArgumentParser:
@@ -19,7 +20,7 @@ def view_parser() -> argparse.ArgumentParser:
                       "(default 20)")
     what.add_argument("--text", default=None, help="one source sentence instead (attention over each model's own "
                       "translation)")
-    ap.add_argument("--split", default="test", choices=("test", "validation", "train"))
+    ap.add_argument("--split", default="test", choices=SPLITS)
     ap.add_argument("--test_file", "--test-file", default=None, help="pairs from this file instead of the run's data")
     ap.add_argument("--max_tokens", "--max-tokens", type=int, default=64, help="truncate sources and targets to this "
                     "many tokens (default 64)")
