@@ -95,14 +95,22 @@ def ensure_writable_dir(path: str | os.PathLike, flag: str = "--output_dir") -> 
     return p
 
 
+def with_marked_block(text: str, start: str, end: str, body: str) -> str | None:
+    """``text`` with what lies between the markers ``start`` and ``end`` replaced by ``body`` on lines of its own
+    (markers kept, everything else untouched); None when ``text`` lacks either marker."""
+    if start not in text or end not in text.split(start, 1)[1]:
+        return None
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head + start + "\n" + body + "\n" + end + tail
+
+
 def replace_marked_block(path: str | os.PathLike, start: str, end: str, body: str) -> bool:
     """Replace the text between the marker lines ``start`` and ``end`` of the file ``path`` with ``body`` (markers
     kept, everything else untouched); False, and nothing written, when the file lacks either marker."""
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
-    if start not in text or end not in text.split(start, 1)[1]:
+    text = with_marked_block(p.read_text(encoding="utf-8"), start, end, body)
+    if text is None:
         return False
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    p.write_text(head + start + "\n" + body + "\n" + end + tail, encoding="utf-8")
+    p.write_text(text, encoding="utf-8")
     return True

@@ -146,7 +146,7 @@ def test_analyze_flags_are_the_options_fields_with_their_defaults(capsys):
     (lambda d: ["--preset", "rela-x"], r"--preset 'rela-x' is not a preset .*valid: softmax"),
     (lambda d: ["--resume"], r"--resume: .* holds no checkpoint"),
     (lambda d: ["--encoder_attention", "nope"], r"encoder_attention='nope' is not an attention variant"),
-    (lambda d: ["--embedding_init_std", "-1"], r"--embedding_init_std -1.0: need a std >= 0"),
+    (lambda d: ["--embedding_init_std", "-1"], r"--embedding_init_std -1.0 must be a finite number >= 0"),
 ])
 def test_broken_input_gives_one_error_line(tmp_path, capsys, make_args, message):
     (tmp_path / "file.txt").write_text("x")

@@ -41,22 +41,22 @@ def no_work(monkeypatch):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--learning_rate", "-1"], r"--learning_rate -1.0: need a number > 0"),
-    (["--learning_rate", "nan"], r"--learning_rate nan: need a number > 0"),
-    (["--per_device_train_batch_size", "0"], r"--per_device_train_batch_size 0: need an integer >= 1"),
-    (["--per_device_eval_batch_size", "0"], r"--per_device_eval_batch_size 0: need an integer >= 1"),
-    (["--gradient_accumulation_steps", "0"], r"--gradient_accumulation_steps 0: need an integer >= 1"),
+    (["--learning_rate", "-1"], r"--learning_rate -1.0 must be a finite number > 0"),
+    (["--learning_rate", "nan"], r"--learning_rate nan must be a finite number > 0"),
+    (["--per_device_train_batch_size", "0"], r"--per_device_train_batch_size 0 must be an integer >= 1"),
+    (["--per_device_eval_batch_size", "0"], r"--per_device_eval_batch_size 0 must be an integer >= 1"),
+    (["--gradient_accumulation_steps", "0"], r"--gradient_accumulation_steps 0 must be an integer >= 1"),
     (["--encoder_attention_heads", "3"], r"--encoder_attention_heads 3 does not divide --d_model 32"),
-    (["--dropout", "1.5"], r"--dropout 1.5: need a probability in \[0, 1\)"),
-    (["--attention_dropout", "-0.1"], r"--attention_dropout -0.1: need a probability in \[0, 1\)"),
-    (["--num_beams", "0"], r"--num_beams 0: need an integer >= 1"),
-    (["--max_steps", "0"], r"--max_steps 0: need an integer >= 1"),
-    (["--max_length_ratio", "-1"], r"--max_length_ratio -1.0: need 0 \(keep all\) or a ratio >= 1"),
-    (["--max_source_length", "1"], r"--max_source_length 1: need an integer >= 2"),
-    (["--label_smoothing_factor", "1"], r"--label_smoothing_factor 1.0: need a number in \[0, 1\)"),
-    (["--vocab_size", "5"], r"--vocab_size 5: need an integer >= 16"),
-    (["--generation_max_new_tokens", "0"], r"--generation_max_new_tokens 0: need an integer >= 1"),
-    (["--minutes", "-1"], r"--minutes -1.0: need a number >= 0"),
+    (["--dropout", "1.5"], r"--dropout 1.5 must be in \[0, 1\)"),
+    (["--attention_dropout", "-0.1"], r"--attention_dropout -0.1 must be in \[0, 1\)"),
+    (["--num_beams", "0"], r"--num_beams 0 must be an integer >= 1"),
+    (["--max_steps", "0"], r"--max_steps 0 must be an integer >= 1, or -1 \(with --num_train_epochs or --minutes\)"),
+    (["--max_length_ratio", "-1"], r"--max_length_ratio -1.0 must be a finite number >= 1, or 0 \(keep all\)"),
+    (["--max_source_length", "1"], r"--max_source_length 1 must be an integer >= 2"),
+    (["--label_smoothing_factor", "1"], r"--label_smoothing_factor 1.0 must be in \[0, 1\)"),
+    (["--vocab_size", "5"], r"--vocab_size 5 must be an integer >= 16"),
+    (["--generation_max_new_tokens", "0"], r"--generation_max_new_tokens 0 must be an integer >= 1"),
+    (["--minutes", "-1"], r"--minutes -1.0 must be a finite number >= 0"),
     (["--push_to_hub", "true"], r"--push_to_hub needs --hub_model_id user/name"),
     (["--cache_dir", "{file}/cache"], r"--cache_dir .* is not a writable directory"),
 ])
@@ -117,9 +117,9 @@ def test_a_second_run_in_the_same_directory_is_refused(tmp_path, capsys, no_work
 # ---------------------------------------------------------------------------------------- translate / evaluate
 @pytest.mark.parametrize("cmd", ["translate", "evaluate"])
 @pytest.mark.parametrize("flags, message", [
-    (["--batch_size", "0"], r"--batch_size 0: need an integer >= 1"),
-    (["--num_beams", "0"], r"--num_beams 0: need an integer >= 1"),
-    (["--length_penalty", "nan"], r"--length_penalty nan: need a finite number"),
+    (["--batch_size", "0"], r"--batch_size 0 must be an integer >= 1"),
+    (["--num_beams", "0"], r"--num_beams 0 must be an integer >= 1"),
+    (["--length_penalty", "nan"], r"--length_penalty nan must be a finite number"),
 ])
 def test_translate_evaluate_flags(trained, capsys, no_work, cmd, flags, message):
     assert main([cmd, str(trained), *flags]) == 2
@@ -167,7 +167,7 @@ def test_reproduce_checks_the_training_flags_first(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(runner, "run_matrix", lambda *a, **k: pytest.fail("runs started"))
     assert main(["reproduce", "--output_dir", str(tmp_path / "r"), "--runs_dir", str(tmp_path / "runs"),
                  "--", "--learning_rate", "-1"]) == 2
-    assert "--learning_rate -1.0: need a number > 0" in _one_line(capsys)
+    assert "--learning_rate -1.0 must be a finite number > 0" in _one_line(capsys)
     assert main(["reproduce", "--seeds", "-1", "--output_dir", str(tmp_path / "r")]) == 2
     assert "--seeds -1: need seeds in [0, 4294967295]" in _one_line(capsys)
     os.environ.pop("HF_ATTN_CACHE", None)
@@ -184,7 +184,7 @@ def test_push_leaves_out_a_killed_save(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--generation_num_beams", "0"], r"--generation_num_beams 0: need an integer >= 1"),
+    (["--generation_num_beams", "0"], r"--generation_num_beams 0 must be an integer >= 1"),
 ])
 def test_more_bad_flags(tmp_path, capsys, no_work, flags, message):
     assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(tmp_path / "out"), *flags]) == 2

@@ -1,5 +1,6 @@
 """Variant hyperparameters are declared once (`Hyperparameter`: type, default, valid values, help) and drive the
-config checks, the `hf-attn train` flags and `hf-attn presets --verbose`."""
+config checks, the `hf-attn train` flags and `hf-attn presets --verbose`; the train and decode flags' range checks
+(`validate.Flag`) share their valid values and words (`ValidValues`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from conftest import BASE_DEFAULTS, TINY
 import hf_attn
 from hf_attn.cli import main
 from hf_attn.cli.train_args import build_train_parser, parse_train_args
-from hf_attn.modeling.hyperparameters import HfAttnConfigError
+from hf_attn.errors import HfAttnInputError
+from hf_attn.modeling.hyperparameters import HfAttnConfigError, Hyperparameter
+from hf_attn.training import validate
 from hf_attn.modeling.configuration_hf_attn import hyperparameters
 from hf_attn.training.args import MODEL_DEFAULTS
 from hf_attn.modeling.bases import BASES
@@ -209,3 +212,32 @@ def test_presets_verbose_lists_every_preset_and_hyperparameter(capsys):
         for hp in cls.hyperparameters:
             line = f"--{hp.name} {hp.type_name()}: {hp.valid_values()}; default {hp.initial()!r}"
             assert line in out and hp.help in out, hp.name
+
+
+# ------------------------------------------------------------------------------------ the flags share the checker
+def test_flags_and_hyperparameters_share_one_range_check_and_its_words():
+    ranges = [dict(low=0.0, high=1.0, high_open=True), dict(low=0.0, low_open=True), dict(low=1),
+              dict(low=0, high=2 ** 32 - 1), dict(low=1.0, also=((0, "keep all"),)), {}]
+    for kind, rng in zip((float, float, int, int, float, float), ranges):
+        flag = validate.Flag("x", kind, **rng)
+        hp = Hyperparameter("x", kind, None, "help", nullable=True, **rng)
+        assert flag.valid_values() + " or None" == hp.valid_values()
+        for value in (-1, 0, 0.5, 1, 2.5, 16, 2 ** 32, float("nan"), True, "1"):
+            assert flag.accepts(value) == hp.accepts(value), (rng, value)
+    assert validate.Flag("seed", int, low=0, high=2 ** 32 - 1).valid_values() == "an integer in [0, 4294967295]"
+
+
+def test_flag_errors_are_one_line_naming_the_flag_value_and_valid_values():
+    flags = {f.name: f for f in validate.TRAIN_FLAGS}
+    for name, value in (("max_steps", -1), ("max_steps", 1), ("seed", 0), ("seed", 2 ** 32 - 1),
+                        ("max_length_ratio", 0), ("max_length_ratio", 1.5), ("embedding_init_std", 0.0)):
+        flags[name].check(value)  # valid: the special values too
+    for name, value, message in (
+            ("max_steps", -2, "--max_steps -2 must be an integer >= 1, or -1 (with --num_train_epochs or --minutes)"),
+            ("seed", 2 ** 32, "--seed 4294967296 must be an integer in [0, 4294967295]"),
+            ("seed", -1, "--seed -1 must be an integer in [0, 4294967295]"),
+            ("warmup_ratio", 1.0, "--warmup_ratio 1.0 must be in [0, 1)"),
+            ("max_length_ratio", 0.5, "--max_length_ratio 0.5 must be a finite number >= 1, or 0 (keep all)")):
+        with pytest.raises(HfAttnInputError) as e:
+            flags[name].check(value)
+        assert str(e.value) == message

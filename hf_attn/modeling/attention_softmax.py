@@ -18,7 +18,10 @@ try:  # optional extra: pip install entmax
 except ImportError:  # pragma: no cover - exercised by a test that hides the package
     entmax15 = sparsemax = None
 
+TRANSFORMER_PAPER = CITATIONS["transformer"]
 RELA_PAPER = CITATIONS["rela"]
+SPARSEMAX_PAPER = CITATIONS["sparsemax"]
+ENTMAX_PAPER = CITATIONS["entmax"]
 
 # A finite fill for masked scores: entmax's sort/threshold never selects them, and no -inf can turn into NaN.
 MASKED_SCORE = -1e9
@@ -33,7 +36,7 @@ class SoftmaxAttention(VariantAttention):
         Preset(
             "softmax",
             "vanilla softmax attention everywhere (the baseline)",
-            "Vaswani et al. 2017, Attention Is All You Need",
+            TRANSFORMER_PAPER,
             all_sites("softmax"),
         ),
     )
@@ -114,7 +117,7 @@ class SparsemaxAttention(_EntmaxFamilyAttention):
         Preset(
             "sparsemax",
             "sparsemax at all attention sites (ReLA paper Table 1, row 2)",
-            RELA_PAPER,
+            f"{SPARSEMAX_PAPER}; as compared in {RELA_PAPER}",
             all_sites("sparsemax"),
         ),
     )
@@ -135,7 +138,7 @@ class Entmax15Attention(_EntmaxFamilyAttention):
         Preset(
             "entmax15",
             "1.5-entmax at all attention sites (ReLA paper Table 1, row 3)",
-            RELA_PAPER,
+            f"{ENTMAX_PAPER}; as compared in {RELA_PAPER}",
             all_sites("entmax15"),
         ),
     )

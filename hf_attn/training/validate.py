@@ -1,14 +1,16 @@
-"""Every flag checked before any work starts: one table of (flag, check, valid range) per command.
+"""Every flag checked before any work starts: one table of flag declarations per command.
 
-`hf-attn train` runs `check_train_flags` first (before the output directory, the data or the tokenizer), then
-`check_model_flags` (builds the model config, which is cheap) and `check_cache_dir`; `translate`/`evaluate` run
-`check_flags` on `DECODE_FLAGS`. A failed check is one line naming the flag, the value and the valid range."""
+A `Flag` declares a flag's valid values in the words of the variants' hyperparameters (`ValidValues`: type,
+``low``/``high``, ``*_open``, ``choices``, ``also``), so a flag and a hyperparameter are checked, and their valid values
+worded, by one implementation. `hf-attn train` runs `check_train_flags` first (before the output directory, the data
+or the tokenizer), then `check_model_flags` (builds the model config, which is cheap) and `check_cache_dir`;
+`translate`/`evaluate` run `check_flags` on `DECODE_FLAGS`. A failed check is one line naming the flag, the value
+and the valid values, e.g. ``--num_beams 0 must be an integer >= 1``."""
 
 from __future__ import annotations
 
-import math
 import os
-from typing import Any, Callable
+from dataclasses import dataclass
 
 import accelerate
 
@@ -17,95 +19,91 @@ from ..errors import HfAttnInputError
 from ..io_utils import ensure_writable_dir
 from ..modeling import presets
 from ..modeling.bases import get_base
+from ..modeling.hyperparameters import ValidValues
 from .args import MODEL_DEFAULTS
 
-Check = tuple[str, Callable[[Any], bool], str]  # (flag name, check, valid range in words)
+
+@dataclass(frozen=True)
+class Flag(ValidValues):
+    """One command-line flag's valid values (see `ValidValues`); None (not given, or the default) is not checked."""
+
+    name: str
+    type: object
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    also: tuple = ()
+
+    def check(self, value) -> None:
+        """Raise `HfAttnInputError` (one line: the flag, the value, what is valid) unless ``value`` is None or valid."""
+        if value is not None and not self.accepts(value):
+            raise HfAttnInputError(f"--{self.name} {value} {self.requirement()}")
 
 
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def int_ge(lo: int) -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo), f"an integer >= {lo}"
-
-
-def num_gt(lo: float) -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: _num(v) and v > lo), f"a number > {lo:g}"
-
-
-def num_ge(lo: float) -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: _num(v) and v >= lo), f"a number >= {lo:g}"
-
-
-def unit() -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: _num(v) and 0 <= v < 1), "a number in [0, 1)"
-
-
-PROBABILITY = ((lambda v: _num(v) and 0 <= v < 1), "a probability in [0, 1)")
-FINITE = (_num, "a finite number")
-
-
-def _row(flag: str, rule: tuple) -> Check:
-    return (flag, *rule)
+def probability(name: str) -> Flag:
+    """A dropout rate: in [0, 1)."""
+    return Flag(name, float, low=0.0, high=1.0, high_open=True)
 
 
 # `hf-attn train`: hf-attn's flags and the Seq2SeqTrainingArguments that a run uses (None = not given / default)
-TRAIN_FLAGS: list[Check] = [
-    _row("learning_rate", num_gt(0)),
-    _row("per_device_train_batch_size", int_ge(1)),
-    _row("per_device_eval_batch_size", int_ge(1)),
-    _row("gradient_accumulation_steps", int_ge(1)),
-    ("max_steps", lambda v: v == -1 or (isinstance(v, int) and v >= 1),
-     "an integer >= 1 (or -1 with --num_train_epochs or --minutes)"),
-    _row("num_train_epochs", num_gt(0)),
-    _row("warmup_steps", num_ge(0)),
-    _row("warmup_ratio", unit()),
-    _row("weight_decay", num_ge(0)),
-    _row("max_grad_norm", num_ge(0)),
-    _row("adam_beta1", unit()),
-    _row("adam_beta2", unit()),
-    _row("adam_epsilon", num_gt(0)),
-    _row("label_smoothing_factor", unit()),
-    _row("logging_steps", num_gt(0)),
-    _row("save_steps", num_gt(0)),
-    _row("eval_steps", num_gt(0)),
-    ("seed", lambda v: isinstance(v, int) and 0 <= v < 2 ** 32, "an integer in [0, 4294967295]"),
-    _row("num_beams", int_ge(1)),
-    _row("generation_num_beams", int_ge(1)),
-    _row("generation_max_length", int_ge(1)),
-    _row("length_penalty", FINITE),
-    _row("generation_max_new_tokens", int_ge(1)),
-    _row("vocab_size", int_ge(16)),
-    _row("max_source_length", int_ge(2)),
-    _row("max_target_length", int_ge(2)),
-    ("max_length_ratio", lambda v: _num(v) and (v == 0 or v >= 1), "0 (keep all) or a ratio >= 1"),
-    _row("max_train_samples", int_ge(0)),
-    _row("max_eval_samples", int_ge(0)),
-    _row("max_predict_samples", int_ge(0)),
-    _row("minutes", num_ge(0)),
-    _row("noam_factor", num_gt(0)),
-    _row("average_checkpoints", int_ge(0)),
-    ("embedding_init_std", lambda v: _num(v) and v >= 0,
-     "a std >= 0 (0 keeps the model's init_std; default d_model**-0.5)"),
+TRAIN_FLAGS: list[Flag] = [
+    Flag("learning_rate", float, low=0.0, low_open=True),
+    Flag("per_device_train_batch_size", int, low=1),
+    Flag("per_device_eval_batch_size", int, low=1),
+    Flag("gradient_accumulation_steps", int, low=1),
+    Flag("max_steps", int, low=1, also=((-1, "with --num_train_epochs or --minutes"),)),
+    Flag("num_train_epochs", float, low=0.0, low_open=True),
+    Flag("warmup_steps", float, low=0.0),
+    probability("warmup_ratio"),
+    Flag("weight_decay", float, low=0.0),
+    Flag("max_grad_norm", float, low=0.0),
+    probability("adam_beta1"),
+    probability("adam_beta2"),
+    Flag("adam_epsilon", float, low=0.0, low_open=True),
+    probability("label_smoothing_factor"),
+    Flag("logging_steps", float, low=0.0, low_open=True),
+    Flag("save_steps", float, low=0.0, low_open=True),
+    Flag("eval_steps", float, low=0.0, low_open=True),
+    Flag("seed", int, low=0, high=2 ** 32 - 1),
+    Flag("num_beams", int, low=1),
+    Flag("generation_num_beams", int, low=1),
+    Flag("generation_max_length", int, low=1),
+    Flag("length_penalty", float),
+    Flag("generation_max_new_tokens", int, low=1),
+    Flag("vocab_size", int, low=16),
+    Flag("max_source_length", int, low=2),
+    Flag("max_target_length", int, low=2),
+    Flag("max_length_ratio", float, low=1.0, also=((0, "keep all"),)),
+    Flag("max_train_samples", int, low=0),
+    Flag("max_eval_samples", int, low=0),
+    Flag("max_predict_samples", int, low=0),
+    Flag("minutes", float, low=0.0),
+    Flag("noam_factor", float, low=0.0, low_open=True),
+    Flag("average_checkpoints", int, low=0),
+    Flag("embedding_init_std", float, low=0.0),  # 0 keeps the model's init_std (the flag's help)
+]
+
+# the model config, as built from the train flags (`check_model_flags`)
+MODEL_FLAGS: list[Flag] = [
+    *(Flag(f"{side}_{k}", int, low=1) for side in ("encoder", "decoder") for k in ("layers", "ffn_dim")),
+    Flag("d_model", int, low=2),
 ]
 
 # `hf-attn translate` / `evaluate`
-DECODE_FLAGS: list[Check] = [
-    _row("batch_size", int_ge(1)),
-    _row("num_beams", int_ge(1)),
-    _row("length_penalty", FINITE),
-    _row("max_samples", int_ge(1)),
+DECODE_FLAGS: list[Flag] = [
+    Flag("batch_size", int, low=1),
+    Flag("num_beams", int, low=1),
+    Flag("length_penalty", float),
+    Flag("max_samples", int, low=1),
 ]
 
 
-def check_flags(table: list[Check], *sources) -> None:
+def check_flags(table: list[Flag], *sources) -> None:
     """Check each flag of ``table`` found (not None) on the first of ``sources`` that has it."""
-    for flag, ok, valid in table:
-        src = next((s for s in sources if hasattr(s, flag)), None)
-        value = getattr(src, flag, None)
-        if value is not None and not ok(value):
-            raise HfAttnInputError(f"--{flag} {value}: need {valid}")
+    for flag in table:
+        src = next((s for s in sources if hasattr(s, flag.name)), None)
+        flag.check(getattr(src, flag.name, None))
 
 
 def check_preset(name: str) -> None:
@@ -117,7 +115,9 @@ def check_train_flags(hargs, targs) -> None:
     check_preset(hargs.preset)
     check_flags(TRAIN_FLAGS, hargs, targs)
     if targs.max_steps == -1 and not hargs.minutes and not targs.num_train_epochs:
-        raise HfAttnInputError("--num_train_epochs 0: need a number > 0, or give --max_steps N")
+        epochs = next(f for f in TRAIN_FLAGS if f.name == "num_train_epochs")
+        raise HfAttnInputError(f"--num_train_epochs {targs.num_train_epochs} {epochs.requirement()}, or give "
+                               "--max_steps N")
     if targs.push_to_hub and not (hargs.hub_repo_id or targs.hub_model_id):
         raise HfAttnInputError("--push_to_hub needs --hub_model_id user/name (the repo to create or update)")
     check_fsdp_device(targs)
@@ -140,8 +140,8 @@ def check_model_flags(hargs, overrides: dict, resume: bool) -> None:
     """Model config values: dropout probabilities, heads that divide d_model; the config is built (cheap) so that
     what it rejects is rejected now, not after data loading and tokenizer training."""
     for k, v in overrides.items():
-        if k.endswith("dropout") and v is not None and not PROBABILITY[0](v):
-            raise HfAttnInputError(f"--{k} {v}: need {PROBABILITY[1]}")
+        if k.endswith("dropout"):
+            probability(k).check(v)
     if resume or hargs.init_from:
         return
     cfg = get_base(hargs.base).config_class.from_preset(hargs.preset, **{**MODEL_DEFAULTS, **overrides})
@@ -150,11 +150,7 @@ def check_model_flags(hargs, overrides: dict, resume: bool) -> None:
         if not isinstance(heads, int) or heads < 1 or cfg.d_model % heads:
             raise HfAttnInputError(f"--{side}_attention_heads {heads} does not divide --d_model {cfg.d_model}; give a "
                                    f"head count that divides it (e.g. {_divisors(cfg.d_model)})")
-        for k in (f"{side}_layers", f"{side}_ffn_dim"):
-            if getattr(cfg, k) < 1:
-                raise HfAttnInputError(f"--{k} {getattr(cfg, k)}: need an integer >= 1")
-    if cfg.d_model < 2:
-        raise HfAttnInputError(f"--d_model {cfg.d_model}: need an integer >= 2")
+    check_flags(MODEL_FLAGS, cfg)
 
 
 def _divisors(n: int) -> str:

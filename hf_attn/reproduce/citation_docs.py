@@ -1,0 +1,157 @@
+"""The citations in the documentation, written from `CITATIONS` (hf_attn/modeling/citations.py), where each one is
+typed once. `python scripts/write_citations.py` rewrites them; tests/test_docs.py fails while one differs:
+
+- each paper page, ``docs/papers/<key>.md`` for every page of `paper_pages.PAPERS`, opens with the block between
+  `PAGE_START` and `PAGE_END`: its paper's citation, ``CITATIONS[<key>]``, then the papers of the baselines it
+  documents (the other variants of its `PAPERS` entry);
+- in the tables between `TABLE_START` and `TABLE_END` (`TABLE_FILES`: the README's variants, the documentation's
+  papers), each row's ``paper`` cell cites the papers of the variants named in its ``variant`` cell (short form)
+  and its ``sites`` cell, where the table has one, says where they may run; the other cells are left as written.
+
+A variant's paper is the `CITATIONS` entry its presets' ``paper`` begins with (a baseline's preset adds "; as
+compared in <the paper that compares with it>"), so presets, model cards and docs cite one string.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+from ..errors import HfAttnInputError
+from ..io_utils import with_marked_block
+from ..modeling.citations import CITATIONS
+from ..modeling.hyperparameters import SITES
+from ..modeling.registry import ATTENTION_VARIANTS
+from .paper_pages import PAPER_PAGE, PAPERS
+
+COMMAND = "python scripts/write_citations.py"
+PAGE_START, PAGE_END = "<!-- citation:start -->", "<!-- citation:end -->"
+TABLE_START, TABLE_END = "<!-- variants-table:start -->", "<!-- variants-table:end -->"
+TABLE_FILES = ("README.md", "docs/index.md")  # under the repository root
+WIDTH = 116  # the line length of the pages' prose
+CITATION = re.compile(r"(?P<authors>.+) (?P<year>\d{4}), (?P<title>.+) \((?P<venue>[^()]+)\)")
+
+
+def parts(key: str) -> dict:
+    """``CITATIONS[key]`` as authors, year, title and venue ("Authors Year, Title (Venue)")."""
+    m = CITATION.fullmatch(CITATIONS[key])
+    if not m:
+        raise HfAttnInputError(f"CITATIONS[{key!r}] = {CITATIONS[key]!r} is not 'Authors Year, Title (Venue)'; "
+                               "write it so in hf_attn/modeling/citations.py")
+    return m.groupdict()
+
+
+def short_authors(authors: str) -> str:
+    """"A" and "A & B" as they are, three authors or more as "A et al."."""
+    names = re.split(r", | & ", authors)
+    return authors if authors.endswith("et al.") or len(names) <= 2 else f"{names[0]} et al."
+
+
+def full(key: str) -> str:
+    """Markdown: ``Authors Year, *Title* (Venue)``."""
+    p = parts(key)
+    return f"{p['authors']} {p['year']}, *{p['title']}* ({p['venue']})"
+
+
+def short(key: str) -> str:
+    """Markdown for a table cell: ``A et al. Year, *Title*``."""
+    p = parts(key)
+    return f"{short_authors(p['authors'])} {p['year']}, *{p['title']}*"
+
+
+def variant_paper(variant: str) -> str:
+    """The `CITATIONS` key of the paper ``variant`` implements: the entry all its presets' ``paper`` begins with."""
+    presets = ATTENTION_VARIANTS[variant].presets
+    keys = [k for k, text in CITATIONS.items() if presets and all(p.paper.startswith(text) for p in presets)]
+    if len(keys) != 1:
+        raise HfAttnInputError(f"variant {variant!r}: its presets' `paper` should begin with one entry of CITATIONS "
+                               f"(hf_attn/modeling/citations.py), found {keys or 'none'}")
+    return keys[0]
+
+
+def page_block(page: str) -> str:
+    """The citation block of ``docs/papers/<page>.md``."""
+    if page not in CITATIONS:
+        raise HfAttnInputError(f"docs/papers/{page}.md: CITATIONS has no entry {page!r}; a paper's page is named "
+                               "after its key in hf_attn/modeling/citations.py")
+    variants = next(v for p, v in PAPERS.values() if p == page)
+    baselines = {}
+    for v in variants:
+        if variant_paper(v) != page:
+            baselines.setdefault(variant_paper(v), []).append(f"`{v}`")
+    text = f"{full(page)}."
+    if baselines:
+        text += " The baselines' papers: " + "; ".join(f"{full(k)}, for {' and '.join(vs)}"
+                                                      for k, vs in baselines.items()) + "."
+    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
+def sites_text(variants: list[str]) -> str:
+    per_variant = ["all" if set(ATTENTION_VARIANTS[v].sites) == set(SITES) else ", ".join(ATTENTION_VARIANTS[v].sites)
+                   for v in variants]
+    return "; ".join(dict.fromkeys(per_variant))
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def table_block(block: str, where: str) -> str:
+    """``block`` (a Markdown table, possibly with text around it) with each row's ``paper`` and ``sites`` cells
+    written from the variants its ``variant`` cell names."""
+    lines = block.strip("\n").split("\n")
+    head = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    columns = _cells(lines[head]) if head is not None else []
+    variant_col = next((i for i, c in enumerate(columns) if c.startswith("variant")), None)
+    if variant_col is None or "paper" not in columns:
+        raise HfAttnInputError(f"{where}: the block between {TABLE_START} and {TABLE_END} holds no table with a "
+                               "'variant...' and a 'paper' column")
+    for i in range(head + 2, len(lines)):
+        if not lines[i].startswith("|"):
+            break
+        cells = _cells(lines[i])
+        variants = [v for v in re.findall(r"`([\w-]+)`", cells[variant_col]) if v in ATTENTION_VARIANTS]
+        if not variants:
+            raise HfAttnInputError(f"{where}: the row {lines[i][:60]!r}... names no attention variant (in backticks)")
+        cells[columns.index("paper")] = "; ".join(short(k) for k in dict.fromkeys(map(variant_paper, variants)))
+        if "sites" in columns:
+            cells[columns.index("sites")] = sites_text(variants)
+        lines[i] = "| " + " | ".join(cells) + " |"
+    return "\n".join(lines)
+
+
+def _block(text: str, start: str, end: str) -> str | None:
+    return text.split(start, 1)[1].split(end, 1)[0] if start in text and end in text.split(start, 1)[1] else None
+
+
+def citation_docs(root: Path) -> dict[Path, str]:
+    """Each file with generated citations under the repository ``root`` -> its text with the blocks rewritten; a
+    file without its markers is an error. A blank line ends a table before its end marker (GitHub would read the
+    marker as one more row) and sets a page's citation apart as a paragraph of its own, on GitHub and in MkDocs."""
+    out = {}
+    for name in TABLE_FILES:
+        path = Path(root) / name
+        text = path.read_text(encoding="utf-8")
+        old = _block(text, TABLE_START, TABLE_END)
+        if old is None:
+            raise HfAttnInputError(f"{path}: no block between {TABLE_START} and {TABLE_END} around its variants table")
+        out[path] = with_marked_block(text, TABLE_START, TABLE_END, f"{table_block(old, name)}\n")
+    for page, _ in PAPERS.values():
+        path = Path(root) / "docs" / PAPER_PAGE.format(page)
+        text = with_marked_block(path.read_text(encoding="utf-8"), PAGE_START, PAGE_END, f"\n{page_block(page)}\n")
+        if text is None:
+            raise HfAttnInputError(f"{path}: no block between {PAGE_START} and {PAGE_END}; add the two marker lines "
+                                   "under the page's title, where its citation belongs")
+        out[path] = text
+    return out
+
+
+def write_citations(root: Path) -> list[Path]:
+    """Rewrite the citation blocks under ``root``; the files that changed."""
+    changed = []
+    for path, text in citation_docs(root).items():
+        if path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(path)
+    return changed
