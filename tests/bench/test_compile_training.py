@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from training_helpers import TINY_ARGS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("compile_training", ROOT / "scripts" / "compile_training.py")
 ct = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ct)

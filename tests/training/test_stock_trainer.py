@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 from conftest import tiny_model
-from test_training import Tok, data, targs
+from tiny_trainer import Tok, data, targs
 from transformers import Seq2SeqTrainer, TrainerCallback
 
 from hf_attn.data import make_collator

@@ -334,7 +334,7 @@ def test_model_reports_reg_and_no_reg_preset_only_logs_it():
 # L_reg reaches the optimiser through the trainer, with label smoothing
 # ---------------------------------------------------------------------------------------------------------------
 def _trainer(tmp_path, reg_weight, **kw):
-    from test_training import Tok, data, targs  # the training tests' tiny tokenizer / data / arguments
+    from tiny_trainer import Tok, data, targs  # the trainer tests' tiny tokenizer / data / arguments
 
     from hf_attn.data import make_collator
     from hf_attn.training import HfAttnSeq2SeqTrainer

@@ -1,4 +1,4 @@
-"""One process of the two-process FSDP test (tests/test_fsdp.py), launched by `torch.distributed.run` on CPU (gloo).
+"""One process of the two-process FSDP test (tests/training/test_fsdp.py), launched by `torch.distributed.run` on CPU (gloo).
 
 Shards a tiny hf-attn model with torch's FSDP2 (`fully_shard`), wrapping the layer classes the documentation's FSDP command
 names, trains it a few AdamW steps on one batch per process, gathers the full state dict and saves it with

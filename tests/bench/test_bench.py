@@ -19,7 +19,7 @@ from hf_attn.bench.results import (STOCK, BenchmarkResult, BenchSettings, CallTi
                                    SentenceRow, load_result)
 from hf_attn.bench.timing import RecompileLimitHits, decode, ratio_quartiles, rounds
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = BenchSettings(d_model=16, layers=1, heads=2, ffn=32, vocab=50, repeats=1, batch=4, src_len=6, tgt_len=5,
                      decode_batch=2, decode_src_len=5, decode_len=3, threads=1)
 

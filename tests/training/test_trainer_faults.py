@@ -17,7 +17,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from hf_attn.errors import HfAttnInputError
 from hf_attn.training import HfAttnSeq2SeqTrainer
-from test_training import data, make_trainer
+from tiny_trainer import data, make_trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -16,7 +16,7 @@ from conftest import load_script
 from hf_attn.bench.render import BENCHMARK_MARKERS
 from hf_attn.bench.results import BenchSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 START, END = BENCHMARK_MARKERS
 TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "50", "--repeats", "1"]
 

@@ -6,7 +6,7 @@ import ast
 import sys
 from pathlib import Path
 
-MODELING = Path(__file__).resolve().parents[1] / "hf_attn" / "modeling"
+MODELING = Path(__file__).resolve().parents[2] / "hf_attn" / "modeling"
 ALLOWED_TOP = {"torch", "transformers", "huggingface_hub", "__future__"}  # huggingface_hub: transformers' own dependency
 
 

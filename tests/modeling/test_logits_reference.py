@@ -1,7 +1,7 @@
 """Every preset's logits on a fixed seed and batch are those recorded before the attention-contract refactor
-(`tests/data/preset_logits.pt`): training loss, teacher-forced logits and the auxiliary loss, Marian and BART.
+(`tests/fixtures/preset_logits.pt`): training loss, teacher-forced logits and the auxiliary loss, Marian and BART.
 
-Regenerate only for an intended change of the math: ``python tests/test_logits_reference.py --write``."""
+Regenerate only for an intended change of the math: ``PYTHONPATH=tests python tests/modeling/test_logits_reference.py --write``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from conftest import tiny_batch, tiny_model
 
 import hf_attn
 
-DATA = Path(__file__).with_name("data") / "preset_logits.pt"
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "preset_logits.pt"
 # variant renamed since the recording; the recorded name is the key
 RENAMED: dict[str, str] = {}
 # defaults changed since the recording (a choice the papers leave open, settled by the recipe-sensitivity
@@ -59,7 +59,6 @@ def test_logits_match_the_recording(base):
 
 
 if __name__ == "__main__" and "--write" in sys.argv:
-    sys.path.insert(0, str(Path(__file__).parent))
     DATA.parent.mkdir(exist_ok=True)
     torch.save(record(), DATA)
     print(f"wrote {DATA}")

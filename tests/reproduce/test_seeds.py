@@ -20,7 +20,7 @@ from hf_attn.reproduce.records import SeedComparisons, relative_command
 from hf_attn.reproduce.records import test_data_name as split_name  # not a test: pytest would collect the name
 from hf_attn.reproduce.seeds import mean_sd, p_text, seed_bootstrap
 
-REAL = Path(__file__).resolve().parents[1] / "results" / "runs" / "de-en_600steps_seed42_softmax.json"
+REAL = Path(__file__).resolve().parents[2] / "results" / "runs" / "de-en_600steps_seed42_softmax.json"
 WORDS = "in the beginning was word and god with him all things were made through light life men shone".split()
 
 

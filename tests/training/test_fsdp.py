@@ -22,7 +22,7 @@ from transformers import Seq2SeqTrainingArguments
 
 import hf_attn
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAINING = (ROOT / "docs" / "training.md").read_text()
 
 
@@ -67,10 +67,10 @@ def train_like_the_processes(preset: str, steps: int, lr: float, **overrides):
 
 
 def launch_fsdp_workers(preset: str, out: Path) -> tuple[int, str, str]:
-    """`torch.distributed.run` with two CPU processes of tests/fsdp_worker.py; (exit code, stdout, stderr)."""
+    """`torch.distributed.run` with two CPU processes of tests/training/fsdp_worker.py; (exit code, stdout, stderr)."""
     wrap = ",".join(documented_wrap_classes()["marian"])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(ROOT / "tests" / "fsdp_worker.py"), preset, wrap, str(out)]
+           str(Path(__file__).with_name("fsdp_worker.py")), preset, wrap, str(out)]
     env = offline_env(PYTHONPATH=f"{ROOT / 'tests'}{os.pathsep}{ROOT}")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -91,7 +91,7 @@ def test_fsdp_two_cpu_processes_match_one_process_and_reload(preset, tmp_path):
     decoder pass, a second call of every decoder layer with theta frozen inside the call, where FSDP has gathered
     the layer's parameters). Had FSDP rebuilt that state object between layers, or had the perturbed pass swapped
     in detached parameters from outside the layers, the layers below the top one would barely move."""
-    import fsdp_worker
+    from . import fsdp_worker
 
     out = tmp_path / "fsdp"
     code, stdout, stderr = launch_fsdp_workers(preset, out)

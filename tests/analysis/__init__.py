@@ -1,0 +1,1 @@
+"""hf_attn.analysis: attention statistics, the papers' figures, the attention viewer."""

@@ -1,0 +1,1 @@
+"""The `hf-attn` commands, and their one-line errors for bad input."""

@@ -1,0 +1,1 @@
+"""Uploading to the Hugging Face Hub (offline, against a fake Hub API)."""

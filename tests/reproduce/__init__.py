@@ -1,0 +1,1 @@
+"""`hf-attn reproduce`: the matrix of runs, seeds and claims, the report."""
