@@ -52,6 +52,13 @@ def tiny_model(base: str, preset: str = "softmax", seed: int = 0, **overrides):
     return BASES[base].model_class(tiny_config(base, preset, **overrides)).eval()
 
 
+def vanilla_model(base: str, seed: int = 0):
+    """The stock transformers model (MarianMTModel / BartForConditionalGeneration) of the tiny configs' architecture."""
+    torch.manual_seed(seed)
+    b = BASES[base]
+    return b.stock_model_class(b.stock_config_class(**TINY, **BASE_DEFAULTS[base])).eval()
+
+
 def tiny_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, seed: int = 1):
     """Right-padded source/target ids with EOS, lengths varying (one source of a single token + EOS)."""
     g = torch.Generator().manual_seed(seed)

@@ -59,7 +59,7 @@ def sparsemax_forward(z: torch.Tensor) -> torch.Tensor:
 
     `entmax.sparsemax` computes the same, through an autograd `Function` and a few more ops; in a decoding step
     (one query per row, no gradient) those costs are most of the call, so `attend` uses this when nothing needs a
-    gradient. tests/test_core.py checks it against the package."""
+    gradient. tests/modeling/test_softmax.py checks it against the package."""
     z_sorted = z.sort(dim=-1, descending=True).values
     k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
     cumsum = z_sorted.cumsum(-1) - 1

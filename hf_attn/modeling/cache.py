@@ -113,7 +113,7 @@ class HfAttnCache(EncoderDecoderCache):
 
 
 # BartAttention.forward's K/V-cache logic (transformers 5.23, models/bart/modeling_bart.py; Marian's is the same),
-# in one place. `keys=False`: no key projection, for the position-only variants. tests/test_core.py checks that
+# in one place. `keys=False`: no key projection, for the position-only variants. tests/modeling/test_cache.py checks that
 # the cache this builds equals the stock attention's.
 def project_with_cache(module, hidden_states, key_value_states, past_key_values, keys: bool = True):
     """(k ``[B,H,S,dh]`` or None, v ``[B,H,S,dh]``), including the cached positions; updates the cache."""

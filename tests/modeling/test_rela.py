@@ -1,16 +1,60 @@
-"""ReLA's training memory: ``out_proj(LN(o))`` keeps o alone for backward (`NormThenProject`), as softmax attention
-keeps o for its out_proj, and gives plain autograd's values and gradients."""
+"""ReLA (Zhang, Titov & Sennrich 2021; hf_attn/modeling/attention_rela.py): null rows give zeros, never NaN, in every
+dtype; the norm runs in float32 under autocast; rela-i's gain and rela-g's gate start in the paper's ranges; and the
+training memory: ``out_proj(LN(o))`` keeps o alone for backward (`NormThenProject`), as softmax attention keeps o for
+its out_proj, and gives plain autograd's values and gradients.
+
+The preset contract is in test_presets.py, the returned weights in tests/contract/, the block-wise path for long
+inputs in test_blockwise.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import attention_context, tiny_model
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from hf_attn.modeling.masking import KeepMask
+
 ReLA_NORMED = ["rela-g", "rela-i", "rela-g-layernorm"]
+
+
+@pytest.mark.parametrize("preset", ["rela-g", "rela-i", "rela-g-layernorm", "relu-rmsnorm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rela_null_rows_give_zeros_not_nan(preset, dtype):
+    model = tiny_model("marian", preset).to(dtype)
+    module = model.model.decoder.layers[0].encoder_attn
+    q = -torch.ones(2, 4, 3, 8, dtype=dtype)  # every score negative -> ReLU -> all-null rows
+    k = torch.ones(2, 4, 6, 8, dtype=dtype)
+    v = torch.randn(2, 4, 6, 8).to(dtype)
+    keep = KeepMask.from_dense(torch.ones(2, 1, 3, 6, dtype=torch.bool))
+    ctx, weights = module.attend(q, k, v, keep, attention_context(True))
+    assert (weights == 0).all() and (ctx == 0).all()
+    merged = module.normalise(ctx.transpose(1, 2).reshape(2, 3, 32))
+    assert torch.isfinite(merged).all()
+    if preset != "rela-g-layernorm":  # LayerNorm adds its bias (zero at init)
+        assert (merged == 0).all()
+
+
+def test_rela_norm_runs_in_float32_under_autocast():
+    model = tiny_model("marian", "rela-g")
+    module = model.model.encoder.layers[0].self_attn
+    o = torch.randn(2, 3, 32).bfloat16() * 1e-3
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = module.normalise(o)
+    z = o.float()
+    ref = z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-8) * torch.sigmoid(module.rela_gate_weight * z)
+    torch.testing.assert_close(y.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_rela_i_gain_init_is_uniform_in_the_papers_range():
+    model = tiny_model("marian", "rela-i")
+    gain = model.model.encoder.layers[0].self_attn.rela_gain
+    bound = (3 / 8) ** 0.5  # dh = 32 / 4
+    assert gain.abs().max() <= bound and gain.std() > 0.1 * bound
+    gate = tiny_model("marian", "rela-g").model.encoder.layers[0].self_attn.rela_gate_weight
+    assert gate.abs().max() <= (3 / 32) ** 0.5 and gate.std() > 0
 
 
 class NewStorages(TorchDispatchMode):

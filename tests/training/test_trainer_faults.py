@@ -1,5 +1,5 @@
 """The trainer under faults: checkpoints appear only when complete, the data order of a mid-epoch resume, divergence at
-any step, and the output-directory lock."""
+any step, the output-directory lock, and a full disk (one error line, the last complete checkpoint kept)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,49 @@ def test_mid_epoch_resume_restores_the_data_order(tmp_path):
     assert order_resumed == order_full[7:]
     for (k, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
         torch.testing.assert_close(a, b, msg=k)
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "results"])
+def test_a_full_disk_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeypatch, capsys, where):
+    """ENOSPC injected into the second checkpoint's weights, or into results.json: exit 2, one line naming the
+    path, and the complete checkpoint before it untouched."""
+    import errno
+
+    import safetensors.torch
+    import transformers.modeling_utils
+
+    from hf_attn import io_utils
+    from hf_attn.cli import main
+    from training_helpers import TINY_ARGS
+
+    out = tmp_path / "run"
+    calls = {"n": 0}
+    real_save, real_json = transformers.modeling_utils.safe_save_file, io_utils.write_json
+
+    def full_save(tensors, filename, *a, **k):
+        calls["n"] += 1
+        if where == "checkpoint" and "checkpoint-4" in str(filename):
+            raise OSError(errno.ENOSPC, "No space left on device", str(filename))
+        return real_save(tensors, filename, *a, **k)
+
+    def full_json(path, *a, **k):
+        if where == "results" and str(path).endswith("results.json"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_json(path, *a, **k)
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_save)
+    monkeypatch.setattr(safetensors.torch, "save_file", full_save)
+    monkeypatch.setattr("hf_attn.training.run.write_json", full_json)
+    rc = main(["train", "--preset", "rela-g", *TINY_ARGS, "--max_steps", "6", "--save_steps", "2",
+               "--save_total_limit", "3", "--output_dir", str(out), "--cache_dir", str(tmp_path / "tok")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-attn:")]
+    assert rc == 2 and len(err) == 1 and "no space left on the device while writing" in err[0]
+    assert (str(out / "results.json") if where == "results" else "checkpoint-4") in err[0]
+    from hf_attn.training.checkpoints import is_complete
+
+    assert is_complete(out / "checkpoint-2")
+    if where == "checkpoint":
+        assert not (out / "checkpoint-4").exists()
 
 
 # ------------------------------------------------------------------------------------------------------ lock
