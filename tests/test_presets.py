@@ -129,6 +129,7 @@ def fresh_process_logits(tmp_path_factory, request):
     return root, expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base,preset", CASES, ids=IDS)
 def test_hub_format_roundtrip_in_fresh_process(fresh_process_logits, base, preset):
     root, expected = fresh_process_logits

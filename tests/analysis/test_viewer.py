@@ -174,6 +174,7 @@ def test_preview_png(tmp_path):
 
 
 # ---- a trained run: train writes the viewer, the card links it, the CLI writes more -------------------------------------
+@pytest.mark.slow
 def test_train_writes_the_viewer_and_the_card_links_it(trained):
     data = viewer.read_viewer_data(trained / "viewer.html")
     assert len(data["sentences"]) == viewer.RUN_VIEWER_SENTENCES
@@ -185,6 +186,7 @@ def test_train_writes_the_viewer_and_the_card_links_it(trained):
     assert "](viewer_preview.png)" in card and "](viewer.html)" in card
 
 
+@pytest.mark.slow
 def test_card_links_the_viewer_only_when_there_is_one(trained, tmp_path):
     from hf_attn.training.cards import write_model_card
 
@@ -200,6 +202,7 @@ def test_card_links_the_viewer_only_when_there_is_one(trained, tmp_path):
     assert "](viewer.html)" in write_model_card(d).read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_view_cli(trained, tmp_path, capsys):
     out = tmp_path / "a.html"
     assert main(["view", str(trained), "--sentences", "3", "--output", str(out), "--preview",
@@ -221,6 +224,7 @@ def test_view_cli(trained, tmp_path, capsys):
     assert [m["name"] for m in viewer.read_viewer_data(side)["models"]] == [trained.name, "copy"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["{missing}"], "is not a directory"),
     (["{empty}"], "holds no config.json"),

@@ -11,8 +11,9 @@ from viewer_helpers import VARIANT_PRESETS, tiny_viewer_data
 from hf_attn.analysis import viewer
 
 chromium = load_script("headless_chromium")
-pytestmark = pytest.mark.skipif(chromium.find_chromium() is None,
-                                reason="no Chromium on PATH (apt-get install -y chromium; .ci/run installs it)")
+pytestmark = [pytest.mark.slow,  # a Chromium process per test
+              pytest.mark.skipif(chromium.find_chromium() is None,
+                                 reason="no Chromium on PATH (apt-get install -y chromium; .ci/run installs it)")]
 
 # a fingerprint of what the first heat map shows, and how many of its pixels are not white
 CANVAS = """(() => {

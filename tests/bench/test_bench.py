@@ -41,6 +41,7 @@ def test_stock_model_holds_the_softmax_weights():
         assert torch.equal(decode(ours, dec, s.beams, s.decode_len), decode(stock, dec, s.beams, s.decode_len))
 
 
+@pytest.mark.slow
 def test_memory_in_a_fresh_process():
     """What the long-sequence mode runs per (model, length) unless no_memory (one pair: each process imports torch)."""
     assert runner.memory_in_subprocess(replace(TINY, long=(24,), long_batch=1), STOCK, 24) > 0

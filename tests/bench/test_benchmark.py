@@ -1,6 +1,6 @@
 """scripts/benchmark.py end to end on tiny models: ratios against stock transformers SDPA and hf-attn softmax measured
 in one run, --long mode with its plot, --profile, --compile, the docs block generated from the JSON, and its flag
-checks; scripts/gmm_budget.py on the benchmark's settings. The parts: tests/test_bench.py."""
+checks; scripts/gmm_budget.py on the benchmark's settings. The parts: tests/bench/test_bench.py."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ def long_json(bench, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_sentence_level_both_reference_columns(sentence_json):
     result = json.loads(sentence_json.read_text())
     rows = {r["preset"]: r for r in result["rows"]}
@@ -104,6 +105,7 @@ def test_long_mode_rows_memory_and_plot(long_json):
     assert "| 24 | softmax |" in long_json.with_suffix(".md").read_text()
 
 
+@pytest.mark.slow
 def test_docs_block_is_replaced_exactly(bench, sentence_json, long_json, tmp_path):
     page = tmp_path / "speed.md"
     before, after = "# Title\n\n## Speed\n\nintro\n\n", "\n\n## Next\n\ntext <!-- not a marker -->\n"
@@ -120,6 +122,7 @@ def test_docs_block_is_replaced_exactly(bench, sentence_json, long_json, tmp_pat
     assert page.read_text() == text
 
 
+@pytest.mark.slow
 def test_docs_page_without_markers_is_one_clear_error(bench, sentence_json, tmp_path):
     page = tmp_path / "speed.md"
     page.write_text("# no markers\n")
@@ -130,6 +133,7 @@ def test_docs_page_without_markers_is_one_clear_error(bench, sentence_json, tmp_
         run_main(bench, ["--docs", str(page), "--from", str(page)])
 
 
+@pytest.mark.slow
 def test_rejects_unknown_preset():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--presets", "nope"], capture_output=True, text=True

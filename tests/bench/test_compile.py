@@ -1,7 +1,7 @@
 """torch.compile: a compiled training step and compiled generation give the eager results on a tiny model
 (scripts/check_compile.py, run end to end here, runs the same checks over every preset, with timings), and a
 training step compiles into one graph (fullgraph=True) where the docs say so. The comparisons themselves:
-tests/test_bench.py."""
+tests/bench/test_bench.py."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test starts Python processes
+
 
 FAULTS_PER_STEP = """
 import resource, sys, torch

@@ -58,6 +58,7 @@ def test_a_corrupt_cached_tokenizer_is_trained_again(tmp_path, damage, capsys):
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # nothing left aside
 
 
+@pytest.mark.slow
 def test_a_corrupt_run_directory_tokenizer_is_one_line(tmp_path):
     run = train_tiny(tmp_path / "run")
     (run / "target.spm").write_bytes(b"\x08\x01garbage")

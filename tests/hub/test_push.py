@@ -131,6 +131,7 @@ def _translate_fresh(repo: Path, texts: list[str], max_new: int, tmp_path: Path)
     return json.loads(line[-1][len("RESULT "):])
 
 
+@pytest.mark.slow
 def test_cli_push_uploads_a_loadable_model(trained, fake_hub, tmp_path, capsys):
     assert main(["push", str(trained), "someone/tiny-rela-g", "--private"]) == 0
     assert "pushed" in capsys.readouterr().out
@@ -171,6 +172,7 @@ def _translate_locally(model_dir: Path, texts: list[str]) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_model_push_to_hub(fake_hub, tmp_path):
     from conftest import tiny_batch, tiny_model
 

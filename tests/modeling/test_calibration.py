@@ -203,6 +203,7 @@ class Tok:
         return out
 
 
+@pytest.mark.slow
 def test_trainer_drives_the_schedule_and_logs_the_objectives(tmp_path):
     from hf_attn.data import make_collator
     from hf_attn.training import HfAttnSeq2SeqTrainer
@@ -299,6 +300,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_process_accelerate_training(tmp_path):
     out_dir = tmp_path / "run"
     # On a CPU-only machine `accelerate launch --cpu --num_processes 2` starts ONE process; two DDP processes (gloo)

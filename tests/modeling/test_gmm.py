@@ -1,7 +1,7 @@
 """Gaussian-mixture cross-attention (Zhang & Feng 2021): normalisation, numerics, padding,
 parameter overhead, the synthesis network's decoding state, and the gate / mixture analysis (Figure 5).
 
-The generic preset contract runs for every gmm preset in test_presets.py (training step, beam search, cache
+The generic preset contract runs for every gmm preset in tests/test_presets.py (training step, beam search, cache
 agreement, remote-code load) and tests/contract/ (the returned weights are Eq. 13's); this file checks what is
 specific to GMM.
 """

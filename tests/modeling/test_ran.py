@@ -1,6 +1,6 @@
 """RAN (recurrent attention) and the position-only baselines hard-gaussian and synthesizer.
 
-The generic preset contract is in test_presets.py (training, beam, cache == no cache, fresh-process Hub load) and
+The generic preset contract is in tests/test_presets.py (training, beam, cache == no cache, fresh-process Hub load) and
 tests/contract/ (the returned weights are the variant's equation); here: one owner per parameter, the eval-mode matrix cache (used, invalidated), the equations,
 padding, length limits, position-embedding removal, and the analysis helpers.
 """

@@ -3,7 +3,7 @@ dtype; the norm runs in float32 under autocast; rela-i's gain and rela-g's gate 
 training memory: ``out_proj(LN(o))`` keeps o alone for backward (`NormThenProject`), as softmax attention keeps o for
 its out_proj, and gives plain autograd's values and gradients.
 
-The preset contract is in test_presets.py, the returned weights in tests/contract/, the block-wise path for long
+The preset contract is in tests/test_presets.py, the returned weights in tests/contract/, the block-wise path for long
 inputs in test_blockwise.py."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ReLUFormer (Shen et al. 2023): the per-query scale sqrt(n/2), the regulariser L_reg
 (hand computation, finiteness, averaging, its gradient through the trainer with label smoothing), query chunking
 for long inputs, and config errors. The preset contract is in
-test_presets.py (training, beam, cache, Hub round trip) and tests/contract/ (the returned weights)."""
+tests/test_presets.py (training, beam, cache, Hub round trip) and tests/contract/ (the returned weights)."""
 
 from __future__ import annotations
 
@@ -381,6 +381,7 @@ def test_label_smoothed_loss_gradient_includes_reg(tmp_path):
         torch.testing.assert_close(g, translation_only[name] + reg_only.get(name, 0 * g), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_trainer_logs_reg_loss_and_entropy(tmp_path):
     trainer = _trainer(tmp_path, reg_weight=1.0, label_smoothing_factor=0.1, max_steps=2)
     trainer.train()

@@ -12,6 +12,7 @@ from training_helpers import TINY_ARGS, offline_env
 PRESETS = ["rela-g"]  # variants with auxiliary losses or step-driven state add themselves here
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_two_process_accelerate_launch(tmp_path, preset):
     out = tmp_path / preset

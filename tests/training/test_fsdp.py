@@ -82,6 +82,7 @@ def launch_fsdp_workers(preset: str, out: Path) -> tuple[int, str, str]:
     return proc.returncode, stdout, stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["ran-all", "reluformer-no-reg", "reluformer", "calibration-gate"])
 def test_fsdp_two_cpu_processes_match_one_process_and_reload(preset, tmp_path):
     """ran-all: one attention matrix and transition shared by all layers of a stack (owned by the encoder /
@@ -113,6 +114,7 @@ def test_fsdp_two_cpu_processes_match_one_process_and_reload(preset, tmp_path):
 
 
 
+@pytest.mark.slow
 def test_fsdp_on_cpu_processes_is_one_error_line(tmp_path):
     fsdp_config = json.dumps({"transformer_layer_cls_to_wrap": documented_wrap_classes()["marian"]})
     p = run_cli(["train", *TINY_ARGS, "--max_steps", "1", "--fsdp", "--fsdp_config", fsdp_config,
@@ -122,6 +124,7 @@ def test_fsdp_on_cpu_processes_is_one_error_line(tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.slow
 def test_accelerate_use_fsdp_on_cpu_is_one_error_line(tmp_path):
     p = run_cli(["train", *TINY_ARGS, "--max_steps", "1", "--output_dir", str(tmp_path / "out")],
                 ACCELERATE_USE_FSDP="true")

@@ -44,6 +44,7 @@ def model_for(preset):
                       forced_eos_token_id=0).train()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_stock_trainer_gets_the_same_gradients(preset, accumulation, tmp_path):
@@ -59,6 +60,7 @@ def test_stock_trainer_gets_the_same_gradients(preset, accumulation, tmp_path):
         assert any(n.endswith("perturb_q_proj.weight") and ours[n].abs().sum() > 0 for n in ours)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_stock_trainer_with_label_smoothing_fails_at_the_first_step(preset, tmp_path):
     """Transformers' trainer drops `labels` to smooth them itself and never sees `aux_loss`: a loud error, not
@@ -72,6 +74,7 @@ def test_stock_trainer_with_label_smoothing_fails_at_the_first_step(preset, tmp_
     assert grads
 
 
+@pytest.mark.slow
 def test_a_step_driven_schedule_without_the_step_hook_fails_at_the_first_step(tmp_path):
     with pytest.raises(HfAttnConfigError, match="set_training_step was never called"):
         first_step_grads(Seq2SeqTrainer, model_for("calibration-anneal"), tmp_path)

@@ -37,6 +37,7 @@ def test_aux_loss_is_trained_on(tmp_path, smoothing):
     assert model.model.encoder.layers[0].fc1.weight.grad is not None
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_does_not_scale_the_loss(tmp_path):
     logged = {}
     for ga, bs in ((1, 8), (2, 4)):
@@ -48,6 +49,7 @@ def test_gradient_accumulation_does_not_scale_the_loss(tmp_path):
     assert logged[2] == pytest.approx(logged[1], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_aux_logs_and_training_step_hook(tmp_path):
     t = make_trainer(tmp_path, max_steps=3, label_smoothing_factor=0.1)
     t.train()
@@ -58,6 +60,7 @@ def test_aux_logs_and_training_step_hook(tmp_path):
     assert t.train_target_tokens == 3 * 8 * 7
 
 
+@pytest.mark.slow
 def test_training_step_callback_drives_the_schedule_under_a_stock_trainer(tmp_path):
     """The schedule hook is a TrainerCallback: a stock Seq2SeqTrainer with it drives `set_training_step` too."""
     from transformers import Seq2SeqTrainer
@@ -71,6 +74,7 @@ def test_training_step_callback_drives_the_schedule_under_a_stock_trainer(tmp_pa
     assert model.steps_seen == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_time_budget_stops_training(tmp_path):
     budget = TimeBudgetCallback(minutes=1e-6)
     t = make_trainer(tmp_path, max_steps=50)

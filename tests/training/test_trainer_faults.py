@@ -22,6 +22,7 @@ from tiny_trainer import data, make_trainer
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.slow
 def test_a_checkpoint_appears_only_when_complete(tmp_path, monkeypatch):
     def killed(self, output_dir):
         raise SystemExit("kill -9 while saving")
@@ -41,6 +42,7 @@ def test_a_checkpoint_appears_only_when_complete(tmp_path, monkeypatch):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_newest_complete_checkpoint_skips_incomplete_ones(tmp_path):
     from hf_attn.training.checkpoints import newest_complete_checkpoint
 
@@ -54,6 +56,7 @@ def test_newest_complete_checkpoint_skips_incomplete_ones(tmp_path):
     assert last == str(tmp_path / "checkpoint-2") and skipped == ["checkpoint-5", "checkpoint-4"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lr", [1e6])
 def test_a_non_finite_loss_at_any_step_stops_training(tmp_path, lr):
     # logging every 25 steps, 3 steps: the old check only saw logged losses (and Trainer filters NaN out of them)
@@ -65,6 +68,7 @@ def test_a_non_finite_loss_at_any_step_stops_training(tmp_path, lr):
     assert t.state.global_step == step  # stopped at once
 
 
+@pytest.mark.slow
 def test_mid_epoch_resume_restores_the_data_order(tmp_path):
     """group_by_length draws a permutation per epoch from the global RNG: a resumed run must see the same one."""
     from hf_attn.training.trainer import InterruptAfterSteps
@@ -95,6 +99,7 @@ def test_mid_epoch_resume_restores_the_data_order(tmp_path):
         torch.testing.assert_close(a, b, msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["checkpoint", "results"])
 def test_a_full_disk_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeypatch, capsys, where):
     """ENOSPC injected into the second checkpoint's weights, or into results.json: exit 2, one line naming the
@@ -145,6 +150,7 @@ def _dead_pid() -> int:
     return p.pid
 
 
+@pytest.mark.slow
 def test_output_dir_lock(tmp_path, capsys):
     from hf_attn.training.checkpoints import RunLock
 
