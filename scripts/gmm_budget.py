@@ -43,7 +43,7 @@ def capture(model, layer, run, call: int = 1):
     """(q, k, v, keep, ctx) of the ``call``-th `attend` call of one decoder layer's cross-attention during ``run()``."""
     module = model.model.decoder.layers[layer].encoder_attn
     cls, seen, found = type(module), [0], {}
-    original = cls.attend
+    original, own = cls.attend, "attend" in vars(cls)  # own: defined on the layer's class, not inherited
 
     def spy(self, q, k, v, keep, ctx):
         if self is module:
@@ -55,8 +55,11 @@ def capture(model, layer, run, call: int = 1):
     cls.attend = spy
     try:
         run()
-    finally:
-        cls.attend = original
+    finally:  # as it was: an inherited attend stays inherited, or patching the variant's class misses this layer
+        if own:
+            cls.attend = original
+        else:
+            del cls.attend
     return module, found["inputs"]
 
 
