@@ -111,7 +111,8 @@ SLOW_BY_NAME = {
         "test_broken_model_directories", "test_push_with_a_broken_config", "test_kill_9_during_a_save",
     },
     "analysis/test_figures.py": {"test_analyze_command_runs_every_figure"},
-    "test_docs.py": {"test_mkdocs_build_strict", "test_python_page_snippet_runs"},
+    "test_docs.py": {"test_mkdocs_build_strict", "test_python_page_snippet_runs",
+                     "test_the_citations_command_rewrites_a_changed_citation"},
     "test_readme.py": {"test_first_screen_holds_the_example_and_the_two_commands_and_ci_runs_the_second",
                        "test_python_example_runs"},
     "test_example_scripts.py": {
