@@ -95,48 +95,6 @@ def load_script(name: str):
     return module
 
 
-# Tests that train a model or start a process are marked `slow` (`-m "not slow"` leaves them out of a quick run; the
-# README's test command runs them all). Most carry `@pytest.mark.slow` themselves; the files below are edited on other
-# branches, so their slow tests are named here until the marker moves into them.
-SLOW_BY_NAME = {
-    "cli/test_commands.py": {
-        "test_train_writes_a_hub_ready_directory", "test_evaluate_rescores_the_same", "test_translate_file_and_stdin",
-        "test_analyze_reports_and_plots", "test_error_line_from_the_console", "test_existing_run_needs_resume",
-        "test_interrupted_run_resumes", "test_files_dashes_and_bart", "test_init_from_a_vanilla_marian",
-    },
-    "cli/test_bad_input.py": {
-        "test_diverged_run_fails", "test_results_json_is_strict", "test_resume_skips_an_incomplete_checkpoint",
-        "test_a_second_run_in_the_same_directory_is_refused", "test_translate_evaluate_flags",
-        "test_translate_unwritable_output_fails_before_translating", "test_translate_non_utf8_input",
-        "test_broken_model_directories", "test_push_with_a_broken_config", "test_kill_9_during_a_save",
-    },
-    "analysis/test_figures.py": {"test_analyze_command_runs_every_figure"},
-    "test_docs.py": {"test_mkdocs_build_strict", "test_python_page_snippet_runs",
-                     "test_the_citations_command_rewrites_a_changed_citation"},
-    "test_readme.py": {"test_first_screen_holds_the_example_and_the_two_commands_and_ci_runs_the_second",
-                       "test_python_example_runs"},
-    "test_example_scripts.py": {
-        "test_convert_writes_a_complete_directory", "test_convert_misuse_is_one_line",
-        "test_card_of_a_stock_model_is_one_line", "test_run_translation_path_with_a_converted_model",
-        "test_offline_metric_through_evaluate_load_by_name",
-    },
-}
-
-
-@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers
-def pytest_collection_modifyitems(config, items):
-    tests = Path(__file__).resolve().parent
-    for item in items:
-        path = Path(item.path).resolve()
-        names = SLOW_BY_NAME.get(path.relative_to(tests).as_posix()) if path.is_relative_to(tests) else None
-        if not names:
-            continue
-        missing = sorted(n for n in names if not hasattr(item.module, n))
-        if missing:
-            raise pytest.UsageError(f"conftest.SLOW_BY_NAME names tests that {path.name} does not define: {missing}")
-        if item.originalname in names:
-            item.add_marker(pytest.mark.slow)
-
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):

@@ -29,6 +29,7 @@ def page(name: str) -> str:
     return (DOCS / name).read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
                     reason="mkdocs is not installed: pip install -e '.[dev]' installs the documentation tools")
 def test_mkdocs_build_strict(tmp_path):
@@ -133,6 +134,7 @@ def test_every_citation_comes_from_citations_py():
         "Zeng et al. 2021, *")
 
 
+@pytest.mark.slow
 def test_the_citations_command_rewrites_a_changed_citation(tmp_path, monkeypatch):
     for name in (*citation_docs.TABLE_FILES, *(f"docs/papers/{n}.md" for n, _ in paper_pages.PAPERS.values())):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -158,6 +160,7 @@ def test_the_citations_command_rewrites_a_changed_citation(tmp_path, monkeypatch
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "citation:start" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_python_page_snippet_runs(tmp_path):
     snippet = re.search(r"# Using it from Python\n\n```python\n(.*?)\n```", page("python.md"), re.S).group(1)
     proc = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -39,6 +39,7 @@ def converted(trained, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_convert_writes_a_complete_directory(converted, trained):
     cfg = json.loads((converted / "config.json").read_text())
     assert cfg["hf_attn_card"]["converted_from"] == str(trained)
@@ -77,6 +78,7 @@ def test_converted_languages_come_from_the_card_else_the_tokenizer(tmp_path):
     assert source_languages(str(tmp_path), marian) == ["deu", "eng"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["not-empty", "no-tokenizer", "no-source", "hub-offline"])
 def test_convert_misuse_is_one_line(case, trained, tmp_path):
     src, out = str(trained), tmp_path / "out"
@@ -101,6 +103,7 @@ def test_convert_misuse_is_one_line(case, trained, tmp_path):
     assert time.time() - started < 40  # at once, not after the Hub client's retries
 
 
+@pytest.mark.slow
 def test_card_of_a_stock_model_is_one_line(tmp_path):
     from transformers import MarianConfig, MarianMTModel
 
@@ -114,6 +117,7 @@ def test_card_of_a_stock_model_is_one_line(tmp_path):
     assert not (stock / "README.md").exists()
 
 
+@pytest.mark.slow
 def test_run_translation_path_with_a_converted_model(converted, trained, tmp_path):
     """The page's command, with a tiny budget, in a fresh process that imports no hf_attn before the metric."""
     work = tmp_path / "work"
@@ -164,6 +168,7 @@ def test_run_translation_path_with_a_converted_model(converted, trained, tmp_pat
     assert q.returncode == 0 and "HfAttnMarianMTModel gmm" in q.stdout, q.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_offline_metric_through_evaluate_load_by_name(tmp_path):
     assert run_cli(["metrics", str(tmp_path)]).returncode == 0
     code = ("import evaluate\nm = evaluate.load('sacrebleu')\n"

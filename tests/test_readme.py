@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 FIRST_SCREEN = 80  # lines: the install line, the example, the variants and the two commands come before it
@@ -26,6 +28,7 @@ def test_readme_is_short():
     assert len(README.splitlines()) <= 250
 
 
+@pytest.mark.slow
 def test_first_screen_holds_the_example_and_the_two_commands_and_ci_runs_the_second():
     main_cmd, test_cmd = fenced_after("<!-- main-command -->"), fenced_after("<!-- test-command -->")
     assert "pip install torch==2.13.0" in main_cmd and "hf-attn train" in main_cmd
@@ -41,6 +44,7 @@ def test_first_screen_holds_the_example_and_the_two_commands_and_ci_runs_the_sec
     assert "test-command" in (ROOT / ".ci" / "run").read_text()
 
 
+@pytest.mark.slow
 def test_python_example_runs(tmp_path):
     """The README's example, as printed: a model from a preset, a training step's gradients, beam search."""
     example = re.search(r"```python\n(.*?)\n```", README, re.S).group(1)

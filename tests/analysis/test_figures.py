@@ -285,6 +285,7 @@ def test_figure_names_and_flags_are_checked():
             figures.check_arguments(options(**overrides))
 
 
+@pytest.mark.slow
 def test_analyze_command_runs_every_figure(tmp_path, capsys):
     from training_helpers import bible_pairs, train_tiny, write_jsonl
 

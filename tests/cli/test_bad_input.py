@@ -3,6 +3,7 @@ one run per output directory, and translate/evaluate/push/reproduce give one lin
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -27,17 +28,24 @@ def _one_line(capsys, progress=False) -> str:
     return err[0]
 
 
+# every module that binds these functions at import (`from ..data import load_corpus`): patched where it is used
+WORK = {"load_corpus": ("hf_attn.data", "hf_attn.data.corpus", "hf_attn.training.run", "hf_attn.rundir",
+                        "hf_attn.reproduce.records"),
+        "translate_texts": ("hf_attn.generation", "hf_attn.training.run", "hf_attn.cli.translate",
+                            "hf_attn.analysis.common", "hf_attn.analysis.figures", "hf_attn.analysis.viewer")}
+
+
 @pytest.fixture
 def no_work(monkeypatch):
     """Loading data, training a tokenizer or translating is work: a flag error must come before it."""
-    import hf_attn.data
-    import hf_attn.generation
-
     def boom(*a, **k):
         raise AssertionError("work started before the flags were checked")
 
-    monkeypatch.setattr(hf_attn.data, "load_corpus", boom)
-    monkeypatch.setattr(hf_attn.generation, "translate_texts", boom)
+    # all imported before any is patched: a module first imported under the patch would keep `boom` for good
+    loaded = {name: [importlib.import_module(m) for m in modules] for name, modules in WORK.items()}
+    for name, modules in loaded.items():
+        for module in modules:
+            monkeypatch.setattr(module, name, boom)
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -74,6 +82,7 @@ def test_read_only_cache_from_the_environment(tmp_path, capsys, no_work, monkeyp
     assert re.search(r"\$HF_ATTN_CACHE .* is not a writable directory", _one_line(capsys))
 
 
+@pytest.mark.slow
 def test_diverged_run_fails(tmp_path, cache, capsys):
     out = tmp_path / "out"
     assert main(["train", *TINY_ARGS, "--learning_rate", "1e6", "--warmup_steps", "0", "--max_steps", "4",
@@ -84,11 +93,13 @@ def test_diverged_run_fails(tmp_path, cache, capsys):
     assert not (out / "results.json").exists() and not (out / ".hf_attn.lock").exists()
 
 
+@pytest.mark.slow
 def test_results_json_is_strict(trained):
     json.loads((trained / "results.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in results.json"))
     assert not (trained / ".hf_attn.lock").exists()  # released at the end of the run
 
 
+@pytest.mark.slow
 def test_resume_skips_an_incomplete_checkpoint(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
@@ -101,6 +112,7 @@ def test_resume_skips_an_incomplete_checkpoint(trained, tmp_path, capsys):
     assert "skipping incomplete checkpoint-9" in out and f"resuming from {run / 'checkpoint-6'}" in out
 
 
+@pytest.mark.slow
 def test_a_second_run_in_the_same_directory_is_refused(tmp_path, capsys, no_work):
     out = tmp_path / "out"
     out.mkdir()
@@ -115,6 +127,7 @@ def test_a_second_run_in_the_same_directory_is_refused(tmp_path, capsys, no_work
 
 
 # ---------------------------------------------------------------------------------------- translate / evaluate
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", ["translate", "evaluate"])
 @pytest.mark.parametrize("flags, message", [
     (["--batch_size", "0"], r"--batch_size 0 must be an integer >= 1"),
@@ -126,6 +139,7 @@ def test_translate_evaluate_flags(trained, capsys, no_work, cmd, flags, message)
     assert re.search(message, _one_line(capsys))
 
 
+@pytest.mark.slow
 def test_translate_unwritable_output_fails_before_translating(trained, tmp_path, capsys, no_work):
     (tmp_path / "in.txt").write_text("Im Anfang war das Wort.\n")
     for bad in (tmp_path, tmp_path / "missing" / "out.txt"):
@@ -133,12 +147,14 @@ def test_translate_unwritable_output_fails_before_translating(trained, tmp_path,
         assert re.search(r"--output .* (is a directory|cannot be written)", _one_line(capsys))
 
 
+@pytest.mark.slow
 def test_translate_non_utf8_input(trained, tmp_path, capsys):
     (tmp_path / "in.txt").write_bytes(b"gut\n" + "Straße".encode("latin-1") + b"\n")
     assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt")]) == 2
     assert re.search(r"--input '.*in.txt' line 2 is not UTF-8", _one_line(capsys))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", ["evaluate", "translate", "analyze"])
 def test_broken_model_directories(trained, tmp_path, capsys, cmd):
     only_config = tmp_path / "only_config"
@@ -153,6 +169,7 @@ def test_broken_model_directories(trained, tmp_path, capsys, cmd):
         assert re.search(rf"'{re.escape(str(d))}': (model weights )?{why}", _one_line(capsys))
 
 
+@pytest.mark.slow
 def test_push_with_a_broken_config(trained, tmp_path, capsys):
     d = tmp_path / "m"
     shutil.copytree(trained, d, ignore=shutil.ignore_patterns("checkpoint-*"))
@@ -205,6 +222,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_save(tmp_path, cache, capsys):
     from training_helpers import offline_env
 

@@ -36,6 +36,7 @@ def test_corpora_command(capsys):
     assert "Elberfelder 1932" in out and "World English Bible 2000" in out and len(out.splitlines()) == 32
 
 
+@pytest.mark.slow
 def test_train_writes_a_hub_ready_directory(trained):
     files = {p.name for p in trained.iterdir()}
     for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json", "vocab.json",
@@ -69,6 +70,7 @@ def test_train_writes_a_hub_ready_directory(trained):
     assert gen["num_beams"] == 2 and gen["decoder_start_token_id"] == cfg["pad_token_id"]
 
 
+@pytest.mark.slow
 def test_evaluate_rescores_the_same(trained, capsys):
     r = json.loads((trained / "results.json").read_text())
     assert main(["evaluate", str(trained), "--max_samples", "8"]) == 0
@@ -76,6 +78,7 @@ def test_evaluate_rescores_the_same(trained, capsys):
     assert out["sentences"] == 8 and out["bleu"] == r["bleu"] and out["chrf"] == r["chrf"]
 
 
+@pytest.mark.slow
 def test_translate_file_and_stdin(trained, tmp_path, capsys, monkeypatch):
     import io
 
@@ -105,6 +108,7 @@ def _empty(tmp_path):
     return str(f)
 
 
+@pytest.mark.slow
 def test_analyze_reports_and_plots(trained, tmp_path, capsys):
     out, plots = tmp_path / "attention.json", tmp_path / "plots"
     assert main(["analyze", str(trained), "--sentences", "5", "--output", str(out), "--plot_dir", str(plots)]) == 0
@@ -157,6 +161,7 @@ def test_broken_input_gives_one_error_line(tmp_path, capsys, make_args, message)
     assert re.search(message, err[0]), err[0]
 
 
+@pytest.mark.slow
 def test_error_line_from_the_console(tmp_path):
     p = run_cli(["train", "--source", "de", "--target", "klingon", "--output_dir", str(tmp_path / "o")])
     assert p.returncode == 2
@@ -166,11 +171,13 @@ def test_error_line_from_the_console(tmp_path):
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "holds no config.json" in p.stderr
 
 
+@pytest.mark.slow
 def test_existing_run_needs_resume(trained, capsys):
     assert main(["train", *TINY_ARGS, "--max_steps", "2", "--output_dir", str(trained)]) == 2
     assert "already holds checkpoint-6; pass --resume" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes(tmp_path, cache):
     from hf_attn.errors import HfAttnInputError
     from hf_attn.cli.train_args import parse_train_args
@@ -211,6 +218,7 @@ def test_interrupted_run_resumes(tmp_path, cache):
         torch.testing.assert_close(a[k], c[k])
 
 
+@pytest.mark.slow
 def test_files_dashes_and_bart(tmp_path, cache):
     pairs = bible_pairs(80)
     train_f = write_jsonl(tmp_path / "train.jsonl", pairs[:70])
@@ -234,6 +242,7 @@ def test_files_dashes_and_bart(tmp_path, cache):
     assert "A **BART** translation model" in (out / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_init_from_a_vanilla_marian(tmp_path, cache, trained):
     from transformers import MarianConfig, MarianMTModel
 

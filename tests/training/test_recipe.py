@@ -98,7 +98,7 @@ def test_a_run_records_its_recipe(tmp_path):
     assert "| layer init | xavier_uniform" in card and "| checkpoint averaging | checkpoint-2, checkpoint-4" in card
     assert "length penalty 0.6" in card
     bad = run_cli(["train", *TINY_ARGS, "--average_checkpoints", "-1", "--output_dir", str(tmp_path / "bad")])
-    assert bad.returncode == 2 and "--average_checkpoints -1: need an integer >= 0" in bad.stderr
+    assert bad.returncode == 2 and "--average_checkpoints -1 must be an integer >= 0" in bad.stderr
     both = run_cli(["train", *TINY_ARGS, "--noam_factor", "1", "--output_dir", str(tmp_path / "both")])
     assert both.returncode == 2 and "drop --learning_rate" in both.stderr and "tokeniz" not in both.stderr
 
