@@ -65,7 +65,8 @@ class Tok:
             mask[i, : len(f["input_ids"])] = 1
         out = {"input_ids": ids, "attention_mask": mask}
         if "labels" in features[0]:
-            out["labels"] = torch.tensor([f["labels"] for f in features])
+            m = max(len(f["labels"]) for f in features)
+            out["labels"] = torch.tensor([f["labels"] + [-100] * (m - len(f["labels"])) for f in features])
         return out
 
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_batch, tiny_model
 from datasets import Dataset
+import tiny_trainer
 from training_helpers import REPO, TINY_ARGS, offline_env
 from transformers import Seq2SeqTrainingArguments
 
@@ -183,24 +184,10 @@ def test_anneal_step_is_saved_and_loaded(tmp_path):
     assert calib.calibrated_modules(loaded)[0].calibration_step.item() == 70000
 
 
-class Tok:
-    """Just enough tokenizer for the collator (right padding)."""
+class Tok(tiny_trainer.Tok):
+    """The tiny trainer's tokenizer stand-in, with the pad id of `tiny_model`'s config."""
 
     pad_token_id = 1
-    padding_side = "right"
-
-    def pad(self, features, **kwargs):
-        n = max(len(f["input_ids"]) for f in features)
-        ids = torch.full((len(features), n), self.pad_token_id)
-        mask = torch.zeros((len(features), n), dtype=torch.long)
-        for i, f in enumerate(features):
-            ids[i, : len(f["input_ids"])] = torch.tensor(f["input_ids"])
-            mask[i, : len(f["input_ids"])] = 1
-        out = {"input_ids": ids, "attention_mask": mask}
-        if "labels" in features[0]:
-            m = max(len(f["labels"]) for f in features)
-            out["labels"] = torch.tensor([f["labels"] + [-100] * (m - len(f["labels"])) for f in features])
-        return out
 
 
 @pytest.mark.slow
