@@ -32,10 +32,12 @@ class Preset:
     overrides: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True, kw_only=True)
 class ValidValues:
     """The valid values of a declared value, and the words for them: the one range check and the one "valid values"
     wording, shared by `Hyperparameter` (config fields) and the command-line flag declarations
-    (`hf_attn.training.validate.Flag`). A subclass is a dataclass with a ``type`` and any of the fields below.
+    (`hf_attn.training.validate.Flag`). A subclass declares ``name`` and ``type`` (positional, first); the fields
+    below are keyword-only and follow them.
 
     ``type`` is int, float, bool, str (with ``choices``), ``list[int]`` or ``list[float]`` (non-empty lists; the
     range applies to each element). ``low``/``high`` bound numbers (``*_open``: the bound itself is excluded);
@@ -43,7 +45,6 @@ class ValidValues:
     e.g. ``((-1, "with --num_train_epochs or --minutes"),)``.
     """
 
-    type: object
     choices: tuple | None = None
     low: float | None = None
     high: float | None = None
@@ -138,13 +139,6 @@ class Hyperparameter(ValidValues):
     type: object
     default: object
     help: str
-    choices: tuple | None = None
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    nullable: bool = False
-    also: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.default, list):  # stored as a tuple: the declaration is frozen and hashable

@@ -29,11 +29,6 @@ class Flag(ValidValues):
 
     name: str
     type: object
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    also: tuple = ()
 
     def check(self, value) -> None:
         """Raise `HfAttnInputError` (one line: the flag, the value, what is valid) unless ``value`` is None or valid."""
