@@ -11,6 +11,13 @@ preset when the losses agree within ``--tolerance`` and the median ratio is abov
     python scripts/compile_training.py --presets softmax,rela-g,gmm,reluformer,calibration-gate,ran-d \\
         --steps 300 --rounds 3 --output results/compile_training.json
 
+``--side_by_side`` trains a round's eager and compiled run at the same time, each with ``--threads`` torch threads
+(default 1): the conditions of `hf-attn reproduce --jobs 2 --threads 1`, and half the wall time. Both runs of a pair
+share the machine, so the pair's ratio is fair between them; the run that finishes first leaves the other a quieter
+machine for its last stretch, which pulls the ratio towards 1 (a conservative bias). Each run's record also gives
+its training and decoding seconds, reported apart: compilation is in the training seconds (Trainer compiles the
+training forward; the test translation generates eagerly).
+
 Do not run it while anything else runs on the machine: the ratios are only as good as the quiet around them.
 Flags after ``--`` go to every `hf-attn train` call (e.g. smaller models for a quick check).
 """
@@ -35,22 +42,32 @@ import torch
 from hf_attn.io_utils import write_json
 
 
-def train_once(preset: str, steps: int, out: Path, compiled: bool, backend: str, extra: list[str]) -> tuple[float, list]:
-    """Wall seconds of one `hf-attn train` process, and its logged training losses [(step, loss), ...]."""
+def start(preset: str, steps: int, out: Path, compiled: bool, backend: str, extra: list[str],
+          threads: int | None) -> tuple[subprocess.Popen, float]:
+    """Start one `hf-attn train` process (``threads`` torch threads, or torch's default); return it and its start."""
     cmd = [sys.executable, "-m", "hf_attn.cli", "train", "--preset", preset, "--max_steps", str(steps),
            "--output_dir", str(out), "--save_strategy", "no", "--disable_tqdm", "true", *extra]
     if compiled:
         cmd += ["--torch_compile", "true", "--torch_compile_backend", backend]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    env = dict(os.environ)
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_ATTN_THREADS=str(threads))
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env), \
+        time.perf_counter()
+
+
+def finish(proc: subprocess.Popen, started: float, preset: str, out: Path, compiled: bool) -> dict:
+    """Wait for a run; its wall seconds, its record's training and decoding seconds, and its logged losses."""
+    _, err = proc.communicate()
+    seconds = time.perf_counter() - started
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        tail = (err.strip().splitlines() or ["(no output)"])[-1]
         raise SystemExit(f"compile_training: {preset} ({'compiled' if compiled else 'eager'}) failed: {tail}")
     run = json.loads((out / "results.json").read_text())
     if run["training"].get("torch_compile", False) != compiled:  # the record says how the run trained
         raise SystemExit(f"compile_training: {out}/results.json does not record torch_compile={compiled}")
-    return seconds, run["curves"]["train_loss"]
+    return {"seconds": seconds, "train": run["train_seconds_this_run"], "decode": run["decode_seconds"],
+            "losses": run["curves"]["train_loss"]}
 
 
 def loss_gap(eager: list, compiled: list) -> float:
@@ -62,28 +79,45 @@ def loss_gap(eager: list, compiled: list) -> float:
     return max(abs(b[s] - a[s]) / max(abs(a[s]), 1e-12) for s in common)
 
 
-def measure(presets: list[str], steps: int, rounds: int, backend: str, extra: list[str], work: Path) -> dict:
-    """Per preset: the per-round times and ratios, the median ratio and the largest loss gap."""
-    times = {p: {"eager": [], "compiled": []} for p in presets}
+def measure(presets: list[str], steps: int, rounds: int, backend: str, extra: list[str], work: Path,
+            side_by_side: bool = False, threads: int | None = None) -> dict:
+    """Per preset: the per-round times and ratios (whole process, training, decoding), their medians, and the
+    largest loss gap."""
+    kinds = ("seconds", "train", "decode")
+    times = {p: {k: {"eager": [], "compiled": []} for k in kinds} for p in presets}
     gaps = {p: [] for p in presets}
     bar = tqdm(total=rounds * len(presets) * 2, desc="compile_training", unit="run")
     for r in range(rounds):
         for p in presets:
             order = (False, True) if r % 2 == 0 else (True, False)
-            losses = {}
-            for compiled in order:
-                out = work / f"{p}-{'compiled' if compiled else 'eager'}-{r}"
-                seconds, losses[compiled] = train_once(p, steps, out, compiled, backend, extra)
-                times[p]["compiled" if compiled else "eager"].append(round(seconds, 2))
-                shutil.rmtree(out, ignore_errors=True)
-                bar.update()
-            gaps[p].append(loss_gap(losses[False], losses[True]))
+            outs = {c: work / f"{p}-{'compiled' if c else 'eager'}-{r}" for c in order}
+            runs = {}
+            if side_by_side:
+                started = {c: start(p, steps, outs[c], c, backend, extra, threads) for c in order}
+                for c in order:
+                    runs[c] = finish(*started[c], p, outs[c], c)
+                    bar.update()
+            else:
+                for c in order:
+                    runs[c] = finish(*start(p, steps, outs[c], c, backend, extra, threads), p, outs[c], c)
+                    bar.update()
+            for c, run in runs.items():
+                for k in kinds:
+                    times[p][k]["compiled" if c else "eager"].append(round(run[k], 2))
+                shutil.rmtree(outs[c], ignore_errors=True)
+            gaps[p].append(loss_gap(runs[False]["losses"], runs[True]["losses"]))
     bar.close()
     result = {}
     for p in presets:
-        ratios = [e / c for e, c in zip(times[p]["eager"], times[p]["compiled"])]
-        result[p] = {"seconds": times[p], "ratios": [round(x, 3) for x in ratios],
-                     "median_ratio": round(statistics.median(ratios), 3), "loss_gap": max(gaps[p])}
+        # the records give seconds to 0.1: a part under that (a tiny run's decoding) counts as 0.1 s on both sides
+        ratios = {k: [max(e, 0.1) / max(c, 0.1) for e, c in zip(times[p][k]["eager"], times[p][k]["compiled"])]
+                  for k in kinds}
+        result[p] = {"seconds": times[p]["seconds"], "train_seconds": times[p]["train"],
+                     "decode_seconds": times[p]["decode"], "ratios": [round(x, 3) for x in ratios["seconds"]],
+                     "median_ratio": round(statistics.median(ratios["seconds"]), 3),
+                     "median_train_ratio": round(statistics.median(ratios["train"]), 3),
+                     "median_decode_ratio": round(statistics.median(ratios["decode"]), 3),
+                     "loss_gap": max(gaps[p])}
     return result
 
 
@@ -94,6 +128,7 @@ def verdicts(result: dict, tolerance: float, margin: float) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = " ".join(["python", "scripts/compile_training.py", *argv])
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -105,22 +140,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.01,
                     help="largest relative training-loss difference that counts as the same losses (default 0.01)")
     ap.add_argument("--margin", type=float, default=0.05, help="speed-up needed beyond noise (default 0.05)")
+    ap.add_argument("--side_by_side", action="store_true",
+                    help="train a round's eager and compiled run at the same time (as `hf-attn reproduce --jobs 2`)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads per run (default: torch's own; 1 with --side_by_side)")
     ap.add_argument("--output", required=True)
     a = ap.parse_args(argv)
     presets = [p for p in a.presets.split(",") if p]
-    for name, value, low in (("--steps", a.steps, 1), ("--rounds", a.rounds, 1)):
+    threads = a.threads if a.threads is not None else (1 if a.side_by_side else None)
+    checks = (("--steps", a.steps, 1), ("--rounds", a.rounds, 1), ("--threads", 1 if threads is None else threads, 1))
+    for name, value, low in checks:
         if value < low:
             ap.error(f"{name} {value}: must be at least {low}")
     with tempfile.TemporaryDirectory(prefix="hf-attn-compile-") as tmp:
-        result = measure(presets, a.steps, a.rounds, a.backend, extra, Path(tmp))
+        result = measure(presets, a.steps, a.rounds, a.backend, extra, Path(tmp), a.side_by_side, threads)
     ok = verdicts(result, a.tolerance, a.margin)
     settings = {"steps": a.steps, "rounds": a.rounds, "backend": a.backend, "tolerance": a.tolerance,
+                "side_by_side": a.side_by_side, "threads": threads, "command": command,
                 "margin": a.margin, "extra": extra, "torch": torch.__version__, "cpu_count": os.cpu_count()}
     write_json(a.output, {"settings": settings, "presets": result, "compile": ok})
-    print("| preset | t_eager / t_compiled (median) | largest loss gap | compile |")
-    print("|---|---|---|---|")
+    print("| preset | t_eager / t_compiled, whole run (median) | training | decoding | largest loss gap | compile |")
+    print("|---|---|---|---|---|---|")
     for p, r in result.items():
-        print(f"| {p} | {r['median_ratio']:.2f} | {r['loss_gap']:.1e} | {'yes' if ok[p] else 'no'} |")
+        print(f"| {p} | {r['median_ratio']:.2f} | {r['median_train_ratio']:.2f} | {r['median_decode_ratio']:.2f} "
+              f"| {r['loss_gap']:.1e} | {'yes' if ok[p] else 'no'} |")
     return 0
 
 
