@@ -19,7 +19,10 @@ its training and decoding seconds, reported apart: compilation is in the trainin
 training forward; the test translation generates eagerly).
 
 Do not run it while anything else runs on the machine: the ratios are only as good as the quiet around them.
-Flags after ``--`` go to every `hf-attn train` call (e.g. smaller models for a quick check).
+Flags after ``--`` go to every `hf-attn train` call (e.g. smaller models for a quick check). ``--docs`` writes the
+results' table into the Speed page's block (no training):
+
+    python scripts/compile_training.py --docs docs/speed.md --from results/compile/training_end_to_end.json
 """
 
 from __future__ import annotations
@@ -32,19 +35,37 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 import torch
 
+from hf_attn.bench.render import update_block
 from hf_attn.io_utils import write_json
+
+DOCS_PAGE = "docs/speed.md"
+MARKERS = ("<!-- compile-training:start -->", "<!-- compile-training:end -->")
+
+
+@dataclass
+class Running:
+    """A started `hf-attn train` process; a thread waits for it and notes when it ended, so that a run which ends
+    while the script is still waiting for its neighbour is timed to its own end."""
+
+    proc: subprocess.Popen
+    started: float
+    ended: float | None = None
+    err: str = ""
+    waiter: threading.Thread | None = None
 
 
 def start(preset: str, steps: int, out: Path, compiled: bool, backend: str, extra: list[str],
-          threads: int | None) -> tuple[subprocess.Popen, float]:
-    """Start one `hf-attn train` process (``threads`` torch threads, or torch's default); return it and its start."""
+          threads: int | None) -> Running:
+    """Start one `hf-attn train` process (``threads`` torch threads, or torch's default)."""
     cmd = [sys.executable, "-m", "hf_attn.cli", "train", "--preset", preset, "--max_steps", str(steps),
            "--output_dir", str(out), "--save_strategy", "no", "--disable_tqdm", "true", *extra]
     if compiled:
@@ -52,22 +73,30 @@ def start(preset: str, steps: int, out: Path, compiled: bool, backend: str, extr
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_ATTN_THREADS=str(threads))
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env), \
-        time.perf_counter()
+    run = Running(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env),
+                  time.perf_counter())
+
+    def wait():
+        run.err = run.proc.communicate()[1] or ""
+        run.ended = time.perf_counter()
+
+    run.waiter = threading.Thread(target=wait, daemon=True)
+    run.waiter.start()
+    return run
 
 
-def finish(proc: subprocess.Popen, started: float, preset: str, out: Path, compiled: bool) -> dict:
+def finish(run: Running, preset: str, out: Path, compiled: bool) -> dict:
     """Wait for a run; its wall seconds, its record's training and decoding seconds, and its logged losses."""
-    _, err = proc.communicate()
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        tail = (err.strip().splitlines() or ["(no output)"])[-1]
+    run.waiter.join()
+    seconds = run.ended - run.started
+    if run.proc.returncode != 0:
+        tail = (run.err.strip().splitlines() or ["(no output)"])[-1]
         raise SystemExit(f"compile_training: {preset} ({'compiled' if compiled else 'eager'}) failed: {tail}")
-    run = json.loads((out / "results.json").read_text())
-    if run["training"].get("torch_compile", False) != compiled:  # the record says how the run trained
+    record = json.loads((out / "results.json").read_text())
+    if record["training"].get("torch_compile", False) != compiled:  # the record says how the run trained
         raise SystemExit(f"compile_training: {out}/results.json does not record torch_compile={compiled}")
-    return {"seconds": seconds, "train": run["train_seconds_this_run"], "decode": run["decode_seconds"],
-            "losses": run["curves"]["train_loss"]}
+    return {"seconds": seconds, "train": record["train_seconds_this_run"], "decode": record["decode_seconds"],
+            "losses": record["curves"]["train_loss"]}
 
 
 def loss_gap(eager: list, compiled: list) -> float:
@@ -95,11 +124,11 @@ def measure(presets: list[str], steps: int, rounds: int, backend: str, extra: li
             if side_by_side:
                 started = {c: start(p, steps, outs[c], c, backend, extra, threads) for c in order}
                 for c in order:
-                    runs[c] = finish(*started[c], p, outs[c], c)
+                    runs[c] = finish(started[c], p, outs[c], c)
                     bar.update()
             else:
                 for c in order:
-                    runs[c] = finish(*start(p, steps, outs[c], c, backend, extra, threads), p, outs[c], c)
+                    runs[c] = finish(start(p, steps, outs[c], c, backend, extra, threads), p, outs[c], c)
                     bar.update()
             for c, run in runs.items():
                 for k in kinds:
@@ -126,6 +155,34 @@ def verdicts(result: dict, tolerance: float, margin: float) -> dict:
     return {p: bool(r["loss_gap"] <= tolerance and r["median_ratio"] > 1 + margin) for p, r in result.items()}
 
 
+def table(result: dict, ok: dict) -> list[str]:
+    """The results as a markdown table, a row per preset."""
+    lines = ["| preset | whole run, eager / compiled s (median) | t_eager / t_compiled: whole run | training | "
+             "decoding | largest loss gap | compile |", "|---|---|---|---|---|---|---|"]
+    for p, r in result.items():
+        eager, compiled = (statistics.median(r["seconds"][k]) for k in ("eager", "compiled"))
+        lines.append(f"| {p} | {eager:.0f} / {compiled:.0f} | {r['median_ratio']:.2f} | {r['median_train_ratio']:.2f} "
+                     f"| {r['median_decode_ratio']:.2f} | {r['loss_gap']:.1e} | {'yes' if ok[p] else 'no'} |")
+    return lines
+
+
+def docs_block(sources: list[str]) -> str:
+    """The Speed page's block: per results file its command, its settings and its table."""
+    out = [f"Generated by `python scripts/compile_training.py --docs {DOCS_PAGE} --from {' '.join(sources)}` from:"]
+    for source in sources:
+        data = json.loads(Path(source).read_text())
+        s = data["settings"]
+        how = (f"side by side, {s['threads']} torch thread(s) each" if s.get("side_by_side")
+               else f"one after the other, {s['threads'] or 'default'} torch threads")
+        out += ["", "```bash", s["command"], "```", "",
+                f"{s['steps']} training steps per run, {s['rounds']} interleaved rounds, eager and compiled {how}; "
+                f"backend {s['backend']}; same losses = largest relative difference <= {s['tolerance']}, faster = "
+                f"median ratio > 1 + {s['margin']}; torch {s['torch']}, {s['cpu_count']} CPUs"
+                + (f"; extra `hf-attn train` flags: `{' '.join(s['extra'])}`" if s["extra"] else "") + ".", "",
+                *table(data["presets"], data["compile"])]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = " ".join(["python", "scripts/compile_training.py", *argv])
@@ -144,8 +201,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="train a round's eager and compiled run at the same time (as `hf-attn reproduce --jobs 2`)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads per run (default: torch's own; 1 with --side_by_side)")
-    ap.add_argument("--output", required=True)
+    ap.add_argument("--output", help="the results JSON to write")
+    ap.add_argument("--docs", nargs="?", const=DOCS_PAGE, default=None, metavar="PAGE",
+                    help=f"write the table of --from's results into PAGE's block (default {DOCS_PAGE}); no training")
+    ap.add_argument("--from", dest="sources", nargs="+", default=None, help="compile_training JSON files for --docs")
     a = ap.parse_args(argv)
+    if (a.docs is None) != (a.sources is None):
+        ap.error(f"--docs {DOCS_PAGE} and --from RESULT.json ... go together")
+    if a.docs:
+        for source in a.sources:
+            if not Path(source).is_file():
+                ap.error(f"--from {source}: no such file; give a JSON written by --output")
+        update_block(Path(a.docs), MARKERS, docs_block(a.sources), "compile_training")
+        return 0
+    if not a.output:
+        ap.error("--output RESULT.json is needed to measure (or --docs PAGE --from RESULT.json to render)")
     presets = [p for p in a.presets.split(",") if p]
     threads = a.threads if a.threads is not None else (1 if a.side_by_side else None)
     checks = (("--steps", a.steps, 1), ("--rounds", a.rounds, 1), ("--threads", 1 if threads is None else threads, 1))
@@ -159,11 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 "side_by_side": a.side_by_side, "threads": threads, "command": command,
                 "margin": a.margin, "extra": extra, "torch": torch.__version__, "cpu_count": os.cpu_count()}
     write_json(a.output, {"settings": settings, "presets": result, "compile": ok})
-    print("| preset | t_eager / t_compiled, whole run (median) | training | decoding | largest loss gap | compile |")
-    print("|---|---|---|---|---|---|")
-    for p, r in result.items():
-        print(f"| {p} | {r['median_ratio']:.2f} | {r['median_train_ratio']:.2f} | {r['median_decode_ratio']:.2f} "
-              f"| {r['loss_gap']:.1e} | {'yes' if ok[p] else 'no'} |")
+    print("\n".join(table(result, ok)))
     return 0
 
 

@@ -45,6 +45,17 @@ def load_benchmarks(output_dir: Path) -> dict[str, BenchmarkResult]:
     return found
 
 
+def compiled_line(records: list[dict]) -> str:
+    """Which runs trained compiled, from their records' ``training.torch_compile``."""
+    trained = [r for r in records if r.get("results")]
+    compiled = [r for r in trained if (r["results"].get("training") or {}).get("torch_compile")]
+    if not compiled:
+        return ("Every run trained eagerly (no record has `training.torch_compile`): on these CPUs compiling costs "
+                "more than it saves at these budgets (docs/speed.md, \"Training compiled, end to end\").")
+    return (f"{len(compiled)} of {len(trained)} runs trained compiled (their records' `training.torch_compile`): "
+            + ", ".join(f"`{r['name']}`" for r in compiled) + "; the others eagerly.")
+
+
 def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", readme: Path | None = None,
                  docs: Path | None = None) -> Path:
     """Rebuild ``REPORT.md``, ``report.json`` and ``plots/`` in ``output_dir`` from its records; with ``readme``, also
@@ -84,6 +95,7 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     recipe = next((r["results"].get("recipe") for r in records if r.get("results")), None)
     if recipe:
         md += [f"Recipe of every run: {recipe}; the `hf-attn train` defaults otherwise (README, \"The main job\").", ""]
+    md += [compiled_line(records), ""]
     pending = [n for n in plan if n not in {r["name"] for r in records}]
     if pending:
         md += [f"**Still to run ({len(pending)}):** " + ", ".join(f"`{n}`" for n in pending) +

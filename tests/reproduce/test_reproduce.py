@@ -346,3 +346,13 @@ def test_readme_quotes_the_adopted_recipes_groups_with_enough_seeds():
     short = [rec("softmax", 900, seed) for seed in (42, 43, 44)] + [rec("gmm", 900, 42), rec("gmm", 900, 43)]
     assert readme_groups(flagged + short) == []  # an experiment's arm; a second preset with 2 seeds
     assert readme_groups([]) == []
+
+
+def test_the_report_says_which_runs_trained_compiled():
+    eager = {"name": "de-en_600steps_seed42_softmax", "results": {"training": {"seed": 42}}}
+    compiled = {"name": "de-en_600steps_seed43_softmax", "results": {"training": {"torch_compile": True}}}
+    failed = {"name": "de-en_600steps_seed44_relu", "status": "failed"}
+    assert rep.compiled_line([eager, failed]).startswith("Every run trained eagerly")
+    line = rep.compiled_line([eager, compiled, failed])
+    assert line.startswith("1 of 2 runs trained compiled") and "`de-en_600steps_seed43_softmax`" in line
+    assert "seed42" not in line
