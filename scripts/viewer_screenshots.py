@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from headless_chromium import Chromium  # noqa: E402
 
 # family -> (preset, what to show: site, layer (-1 = last), head (-1 = mean; "nullest" = the head with most null
-# rows), map (None = the weights))
+# rows among those that still attend somewhere, so that the picture shows null rows beside live ones), map (None =
+# the weights))
 FAMILIES = {
     "softmax": ("softmax", "cross", -1, -1, None),
     "rela": ("rela-g", "cross", -1, "nullest", None),
@@ -69,7 +70,8 @@ def shoot(browser: Chromium, page_path: Path, png: Path, site: str, layer: int, 
     layer = layer % len(layers)
     if head == "nullest":
         rates = layers[layer]["stats"]["null_rate"]
-        head = max(range(len(rates)), key=rates.__getitem__)
+        live = [h for h in range(len(rates)) if rates[h] < 1] or list(range(len(rates)))  # (a head all null: blank)
+        head = max(live, key=rates.__getitem__)
     page = browser.open(page_path)
     page.wait_for("document.body.dataset.ready === 'true'")
     for control, value in (("sentence", sentence), ("site", site), ("layer", layer), ("head", head)):
