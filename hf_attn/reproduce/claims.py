@@ -194,7 +194,8 @@ CLAIMS = (
           "outputs stay in range for this short budget; the failure the paper reports may need depth or time. The "
           "attention table shows how `relu` copes: its encoder self-attention is almost entirely null rows, so the "
           "encoder translates through its residual and feed-forward paths, attention switched off rather than "
-          "trained.", True),
+          "trained. We clip gradients at norm 1.0 and the authors do not: the `clipping` experiment trains `relu` "
+          "without clipping.", True, experiments=("clipping",)),
     Claim("ReLA", "ReLA-g translates about as well as softmax (Tables 1-3: within about 0.5 BLEU)",
           "ΔBLEU within ±1, or its seed-aware 95% interval contains 0", ("rela-g", "softmax"), _about_equal("rela-g"),
           "Measured, not the recipe: under a lower learning-rate peak and under xavier init without clipping rela-g "
@@ -228,7 +229,9 @@ CLAIMS = (
           "`reluformer-no-scale` diverges or scores under half of `reluformer`'s BLEU",
           ("reluformer-no-scale", "reluformer"), _fails("reluformer-no-scale", "reluformer"),
           "Bible verses are short (about 30 tokens): the variance the factor corrects grows with length n, so at this "
-          "length it is small; the paper's divergence is on IWSLT and long documents.", True),
+          "length it is small; the paper's divergence is on IWSLT and long documents. We also clip gradients at norm "
+          "1.0: the `clipping` experiment trains `reluformer-no-scale` and `reluformer` without clipping.", True,
+          experiments=("clipping",)),
     Claim("ReLUFormer", "Without the regulariser L_reg, BLEU drops (Table 5: -1.37 BLEU)",
           "the seed-aware 95% interval of ΔBLEU (`reluformer-no-reg` - `reluformer`) lies below 0",
           ("reluformer-no-reg", "reluformer"), _lower_bleu("reluformer-no-reg", "reluformer"),
