@@ -11,7 +11,8 @@ cross-attention, i+1 for causal self-attention, the cache length + 1 during incr
             C_i = 0.7 log n_i  (Appendix A; 0 for n_i = 1)                                printed formula)
 
 L_reg is averaged over valid queries and heads of each layer, then over layers, multiplied by
-``reluformer_reg_weight`` (the paper adds it unweighted: default 1) and returned by the model as ``aux_loss``
+``reluformer_reg_weight`` (the paper gives no weight; default 0.05, because at 1 the attention collapses in
+hf-attn's recipe-sensitivity runs: the README's report, docs/papers/reluformer.md) and returned as ``aux_loss``
 (hence reaching the optimiser also with label smoothing; hf_attn.training adds it). The logs report
 ``reg_loss`` (unweighted L_reg), its two terms, the mean row sum of s and ``attn_entropy`` (mean H(p), nats; the
 paper's Table 3/5 statistic). Row sums are clamped before the log (an all-zero row has sum 0: its L_reg is
