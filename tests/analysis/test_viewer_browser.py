@@ -100,6 +100,8 @@ def test_every_variant_renders_every_view_without_errors(browser, tmp_path, pres
       return out; })()""")
     assert len(views) >= 3 * 2 * 5
     assert page.errors == []
+    # the legend names Gaussian components only on a page that draws some
+    assert page.evaluate("document.getElementById('legend-components').hidden") == (preset != "gmm")
     if preset in ("ran-all", "synthesizer"):  # the learned position map is drawn beside the attention
         choose(page, "site", "encoder")
         assert page.evaluate("document.querySelectorAll('.panel canvas.positions').length") == 1

@@ -387,6 +387,9 @@
     const sentence = DATA.sentences[state.sentence];
     renderTexts(sentence);
     $("panels").replaceChildren(...sentence.models.map((view, n) => renderPanel(n, view)));
+    // the GMM legend entry only where a model on the page has Gaussian components to draw
+    $("legend-components").hidden = !sentence.models.some((view) =>
+      Object.values(view.sites || {}).some((layers) => layers.some((layer) => layer.components)));
     document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
   }
 
