@@ -46,6 +46,7 @@ import torch
 
 from hf_attn.bench.render import update_block
 from hf_attn.io_utils import write_json
+from hf_attn.reproduce.runner import child_env
 
 DOCS_PAGE = "docs/speed.md"
 MARKERS = ("<!-- compile-training:start -->", "<!-- compile-training:end -->")
@@ -70,10 +71,8 @@ def start(preset: str, steps: int, out: Path, compiled: bool, backend: str, extr
            "--output_dir", str(out), "--save_strategy", "no", "--disable_tqdm", "true", *extra]
     if compiled:
         cmd += ["--torch_compile", "true", "--torch_compile_backend", backend]
-    env = dict(os.environ)
-    if threads:
-        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_ATTN_THREADS=str(threads))
-    run = Running(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env),
+    run = Running(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   env=child_env(threads)),
                   time.perf_counter())
 
     def wait():

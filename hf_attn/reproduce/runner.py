@@ -142,7 +142,8 @@ def variant_figures(model, tokenizer, sources, references, batch_size: int = 16)
 
 
 # -------------------------------------------------------------------------------------------------- the matrix
-def _child_env(threads: int | None) -> dict:
+def child_env(threads: int | None) -> dict:
+    """The environment of a child training process with ``threads`` torch threads (or torch's default)."""
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_ATTN_THREADS=str(threads))
@@ -185,7 +186,7 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
             cmd = [sys.executable, "-m", "hf_attn.reproduce.runner", json.dumps(asdict(spec)), str(runs_dir),
                    str(output_dir), str(sentences)]
             with open(log, "a", encoding="utf-8") as fh:
-                running[spec.name] = (subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=_child_env(threads)),
+                running[spec.name] = (subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=child_env(threads)),
                                       spec)
         time.sleep(1.0)
         for name, (proc, spec) in list(running.items()):
