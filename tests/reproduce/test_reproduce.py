@@ -356,3 +356,42 @@ def test_the_report_says_which_runs_trained_compiled():
     line = rep.compiled_line([eager, compiled, failed])
     assert line.startswith("1 of 2 runs trained compiled") and "`de-en_600steps_seed43_softmax`" in line
     assert "seed42" not in line
+
+
+def _site_record(preset, seed, steps=600, entropy=1.0, null_rate=0.0, bleu=10.0, gap=1.0, flags=()):
+    sites = {s: {"entropy": entropy, "null_rate": null_rate} for s in ("encoder", "decoder", "cross")}
+    spec = {"preset": preset, "source": "de", "target": "en", "steps": steps, "seed": seed, "base": "marian",
+            "train_args": list(flags)}
+    return {"name": f"{preset}_{seed}_{steps}", "spec": spec, "status": "complete", "results": {"bleu": bleu},
+            "analysis": {"attention": {"sites": sites}, "probe": {"gap": gap}}}
+
+
+def test_per_seed_evidence_gives_each_seed_beside_the_reference():
+    """A claim's explanation can carry per-seed figures computed from the runs: BLEU and entropy beside the
+    reference's of the same seed, null rows and the source probe; seeds without a reference run and flagged runs
+    are left out."""
+    from hf_attn.reproduce.claims import per_seed
+
+    records = [_site_record("reluformer-no-reg", 42, entropy=2.1, null_rate=0.96, bleu=2.5, gap=0.0),
+               _site_record("reluformer", 42, entropy=1.9, bleu=11.9),
+               _site_record("reluformer-no-reg", 43, bleu=9.4),  # no reluformer run of seed 43
+               _site_record("reluformer-no-reg", 42, flags=("--max_grad_norm", "0"))]
+    text = per_seed("reluformer-no-reg", "reluformer")(records)
+    assert text == ("Per seed, `reluformer-no-reg` against `reluformer` (de->en, 600 steps, marian): seed 42: BLEU 2.5 "
+                    "vs 11.9, entropy encoder 2.10 vs 1.90, decoder 2.10 vs 1.90, cross 2.10 vs 1.90 nats, null rows "
+                    "encoder 96%, decoder 96%, cross 96%, source probe +0.00.")
+    assert per_seed("gmm", "softmax")(records) == ""
+
+
+def test_site_by_budget_evidence_needs_enough_shared_seeds_at_two_budgets():
+    from hf_attn.reproduce.claims import site_by_budget
+
+    records = [_site_record(p, seed, steps, entropy=e)
+               for steps, (mine, ref) in ((600, (1.9, 1.8)), (1800, (1.5, 1.7)))
+               for p, e in (("reluformer", mine), ("softmax", ref)) for seed in (42, 43, 44)]
+    text = site_by_budget("reluformer")(records)
+    assert text == ("Entropy of `reluformer` against `softmax` by budget (de->en, marian; mean over the seeds both have): "
+                    "600 steps encoder 1.90 vs 1.80, decoder 1.90 vs 1.80, cross 1.90 vs 1.80 (seeds 42, 43, 44); "
+                    "1,800 steps encoder 1.50 vs 1.70, decoder 1.50 vs 1.70, cross 1.50 vs 1.70 (seeds 42, 43, 44).")
+    fewer = [r for r in records if not (r["spec"]["steps"] == 1800 and r["spec"]["seed"] == 44)]
+    assert site_by_budget("reluformer")(fewer) == ""  # 1,800 steps with 2 seeds: one budget left, no comparison
