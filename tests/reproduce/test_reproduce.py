@@ -368,18 +368,23 @@ def _site_record(preset, seed, steps=600, entropy=1.0, null_rate=0.0, bleu=10.0,
 
 def test_per_seed_evidence_gives_each_seed_beside_the_reference():
     """A claim's explanation can carry per-seed figures computed from the runs: BLEU and entropy beside the
-    reference's of the same seed, null rows and the source probe; seeds without a reference run and flagged runs
-    are left out."""
+    reference's of the same seed (where there is one), null rows and the source probe, for the adopted recipe's
+    group or for one arm's flags."""
     from hf_attn.reproduce.claims import per_seed
 
-    records = [_site_record("reluformer-no-reg", 42, entropy=2.1, null_rate=0.96, bleu=2.5, gap=0.0),
+    noclip = ("--max_grad_norm", "0")
+    records = [_site_record("reluformer-no-reg", 42, entropy=2.1, null_rate=0.96, bleu=2.5, gap=-0.0004),
                _site_record("reluformer", 42, entropy=1.9, bleu=11.9),
                _site_record("reluformer-no-reg", 43, bleu=9.4),  # no reluformer run of seed 43
-               _site_record("reluformer-no-reg", 42, flags=("--max_grad_norm", "0"))]
+               _site_record("reluformer-no-reg", 42, bleu=0.1, flags=noclip)]
     text = per_seed("reluformer-no-reg", "reluformer")(records)
     assert text == ("Per seed, `reluformer-no-reg` against `reluformer` (de->en, 600 steps, marian): seed 42: BLEU 2.5 "
                     "vs 11.9, entropy encoder 2.10 vs 1.90, decoder 2.10 vs 1.90, cross 2.10 vs 1.90 nats, null rows "
-                    "encoder 96%, decoder 96%, cross 96%, source probe +0.00.")
+                    "encoder 96%, decoder 96%, cross 96%, source probe +0.00; seed 43: BLEU 9.4, entropy encoder 1.00, "
+                    "decoder 1.00, cross 1.00 nats, null rows encoder 0%, decoder 0%, cross 0%, source probe +1.00.")
+    arm = per_seed("reluformer-no-reg", "reluformer", train_args=noclip)(records)
+    assert arm.startswith("Per seed, `reluformer-no-reg` (de->en, 600 steps, marian, flags `--max_grad_norm 0`): "
+                          "seed 42: BLEU 0.1, entropy encoder 1.00,") and "seed 43" not in arm
     assert per_seed("gmm", "softmax")(records) == ""
 
 
