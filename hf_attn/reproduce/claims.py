@@ -18,6 +18,9 @@ from ..bench.results import STOCK, BenchmarkResult, BenchSettings, SentenceRow
 from .seeds import MIN_SEEDS, complete, group_name, group_records, group_title, p_text, seed_delta
 
 
+SITES = ("encoder", "decoder", "cross")  # the attention sites a run's analysis measures
+
+
 @dataclass(frozen=True)
 class SeedDelta:
     """A comparative check: ΔBLEU = ``a`` - ``b`` over a group's seeds, decided by ``holds(delta, ci)`` on the
@@ -89,8 +92,8 @@ def _pooled(records: list[dict], failure_counts: bool) -> dict:
 
 def _rela_sparse(runs):
     r = runs["rela-g"]
-    sp = {s: _site(r, s, "sparsity") for s in ("encoder", "decoder", "cross")}
-    nr = {s: _site(r, s, "null_rate") for s in ("encoder", "decoder", "cross")}
+    sp = {s: _site(r, s, "sparsity") for s in SITES}
+    nr = {s: _site(r, s, "null_rate") for s in SITES}
     holds = all(v is not None and v > 0.5 for v in sp.values()) and max(nr.values()) > 0
     return holds, ("sparsity " + ", ".join(f"{s} {v:.2f}" for s, v in sp.items()) +
                    "; null rate " + ", ".join(f"{s} {v:.3f}" for s, v in nr.items()))
@@ -148,7 +151,7 @@ def _lower_bleu(name, ref):
     return SeedDelta(name, ref, lambda delta, ci: ci[1] < 0)
 
 
-def _entropy_falls(name, ref, sites=("encoder", "decoder", "cross")):
+def _entropy_falls(name, ref, sites=SITES):
     def check(runs):
         pairs = {s: (_site(runs[name], s, "entropy"), _site(runs[ref], s, "entropy")) for s in sites}
         nulls = {s: _site(runs[name], s, "null_rate") for s in sites}
@@ -158,10 +161,7 @@ def _entropy_falls(name, ref, sites=("encoder", "decoder", "cross")):
     return check
 
 
-SITES = ("encoder", "decoder", "cross")
-
-
-def _adopted_groups(records: list[dict], train_args: tuple = ()):
+def _groups_with_flags(records: list[dict], train_args: tuple = ()):
     """(key, {preset: records}) of each group trained with exactly the extra flags ``train_args`` (none: the adopted
     recipe), in order."""
     return [(key, runs) for key, runs in sorted(group_records(records).items()) if key[-1] == tuple(train_args)]
@@ -174,7 +174,7 @@ def per_seed(preset: str, ref: str, sites=SITES, train_args: tuple = ()) -> Call
     loss with shuffled sources minus with the true ones; near 0 the model does not read the source)."""
     def sentences(records: list[dict]) -> str:
         out = []
-        for key, runs in _adopted_groups(records, train_args):
+        for key, runs in _groups_with_flags(records, train_args):
             refs = {r["spec"]["seed"]: r for r in runs.get(ref, []) if r["status"] == "complete"}
             seeds = []
             for r in (r for r in runs.get(preset, []) if r["status"] == "complete"):
@@ -201,7 +201,7 @@ def site_by_budget(preset: str, ref: str = "softmax", stat: str = "entropy",
     each the mean over those seeds, budget by budget."""
     def sentences(records: list[dict]) -> str:
         by_setup = defaultdict(list)
-        for key, runs in _adopted_groups(records):
+        for key, runs in _groups_with_flags(records):
             done = {p: {r["spec"]["seed"]: r for r in runs.get(p, []) if r["status"] == "complete"} for p in (preset, ref)}
             shared = sorted(set(done[preset]) & set(done[ref]))
             if len(shared) < MIN_SEEDS:
@@ -315,7 +315,7 @@ CLAIMS = (
           evidence=(per_seed("reluformer-no-reg", "reluformer"),)),
     Claim("ReLUFormer", "ReLU attention has lower entropy than softmax (Table 3)",
           "entropy of `reluformer` < softmax's at every site", ("reluformer", "softmax"),
-          _lower_entropy("reluformer", ("encoder", "decoder", "cross")),
+          _lower_entropy("reluformer", SITES),
           "Measured over budgets (below): at 600 steps ReLUFormer's encoder and decoder self-attention are already "
           "sharper than softmax's while its cross-attention is still flatter; with 3x the steps the cross-attention "
           "sharpens past softmax's and the claim holds at every site. Entropy is measured on rows renormalised to "
