@@ -144,7 +144,7 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     (output_dir / "REPORT.md").write_text("\n".join(md), encoding="utf-8")
     (output_dir / "report.json").write_text(dumps_strict(summary, indent=1), encoding="utf-8")
     if readme is not None:
-        update_readme(Path(readme), records, seed_cmp, order)
+        update_readme(Path(readme), records, seed_cmp)
     if docs is not None:
         update_paper_pages(Path(docs), json.loads((output_dir / "report.json").read_text(encoding="utf-8")))
     return output_dir / "REPORT.md"

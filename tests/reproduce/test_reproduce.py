@@ -12,7 +12,7 @@ from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
 from hf_attn.reproduce import report as rep
 from hf_attn.reproduce.matrix import RunSpec, matrix
 from hf_attn.reproduce.paper_pages import BLOCK_END as PAGE_END, BLOCK_START as PAGE_START, PAPERS
-from hf_attn.reproduce.readme import readme_groups
+from hf_attn.reproduce.readme import _with_paper_column, by_paper, readme_groups
 from hf_attn.reproduce.runner import variant_figures
 from hf_attn.reproduce.tables import machine_lines, paired_bootstrap
 
@@ -346,6 +346,17 @@ def test_readme_quotes_the_adopted_recipes_groups_with_enough_seeds():
     short = [rec("softmax", 900, seed) for seed in (42, 43, 44)] + [rec("gmm", 900, 42), rec("gmm", 900, 43)]
     assert readme_groups(flagged + short) == []  # an experiment's arm; a second preset with 2 seeds
     assert readme_groups([]) == []
+
+
+def test_readme_tables_group_presets_by_paper():
+    rows = by_paper(["ran-d", "reluformer-no-reg", "rela-g", "gmm", "softmax", "reluformer", "relu", "calibration-gate"])
+    assert rows == [("", "softmax"), ("ReLA", "rela-g"), ("ReLA", "relu"), ("GMM", "gmm"),
+                    ("ReLUFormer", "reluformer"), ("ReLUFormer", "reluformer-no-reg"), ("RAN", "ran-d"),
+                    ("Calibration", "calibration-gate")]
+    table = ["| preset | BLEU |", "|---|---|", "| softmax | 1 |", "| rela-g | 2 |", "| relu | 3 |", "| gmm | 4 |"]
+    assert _with_paper_column(table, ["", "ReLA", "ReLA", "GMM"]) == [
+        "| paper | preset | BLEU |", "|---|---|---|", "|  | softmax | 1 |", "| ReLA | rela-g | 2 |", "|  | relu | 3 |",
+        "| GMM | gmm | 4 |"]
 
 
 def test_the_report_says_which_runs_trained_compiled():
