@@ -399,6 +399,30 @@ def test_per_seed_evidence_gives_each_seed_beside_the_reference():
     assert per_seed("gmm", "softmax")(records) == ""
 
 
+def test_gap_by_group_splits_the_bleu_gap_into_brevity_and_precision():
+    """Per group with enough seeds shared with the reference (an arm's runs against the adopted recipe's reference of
+    the same budget): mean ΔBLEU, each one's BP, and the difference of BLEU / BP; groups in (pair, budget) order."""
+    from hf_attn.reproduce.claims import gap_by_group
+
+    def rec(preset, seed, steps, bleu, bp, flags=()):
+        r = _site_record(preset, seed, steps, bleu=bleu, flags=flags)
+        r["results"]["bleu_details"] = {"bp": bp}
+        return r
+
+    gate = ("--gmm_gate_init", "0.1")
+    records = ([rec("softmax", s, n, 20.0, 0.8) for s in (42, 43, 44) for n in (600, 1800)] +
+               [rec("gmm", s, 1800, 19.0, 0.8) for s in (42, 43, 44)] +
+               [rec("gmm", s, 600, 16.0, 0.64, gate) for s in (42, 43, 44)] +
+               [rec("gmm", s, 600, 1.0, 0.5) for s in (42, 43)])  # two seeds: left out
+    text = gap_by_group("gmm", arms=((), gate))(records)
+    assert text == ("`gmm` against `softmax` group by group (means over the seeds both have): de->en, 600 steps, "
+                    "marian, flags `--gmm_gate_init 0.1`, seeds 42, 43, 44: ΔBLEU -4.0, BP 0.640 vs 0.800, precision "
+                    "part (BLEU / BP) +0.0; de->en, 1800 steps, marian, seeds 42, 43, 44: ΔBLEU -1.0, BP 0.800 vs "
+                    "0.800, precision part (BLEU / BP) -1.2.")
+    assert gap_by_group("gmm")(records).count("seeds 42, 43, 44") == 1  # the arm only when asked for
+    assert gap_by_group("ran-d")(records) == ""
+
+
 def test_site_by_budget_evidence_needs_enough_shared_seeds_at_two_budgets():
     from hf_attn.reproduce.claims import site_by_budget
 
