@@ -4,7 +4,10 @@ recipe experiments' cells."""
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 from ..analysis.common import pyplot, save_figure
 from ..analysis.stats import LAYER_KEYS
@@ -12,21 +15,37 @@ from ..modeling.hyperparameters import SITES
 
 
 def plot_validation_curves(records: list[dict], path: Path, title: str) -> Path:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
+    """Validation loss against step for the adopted recipe's runs (no extra flags: the experiments' arms have plots
+    of their own), one panel per budget: per preset the mean over its seeds at the steps they all evaluated, with
+    the range across seeds shaded; softmax in black."""
+    curves = defaultdict(lambda: defaultdict(list))  # steps -> preset -> [{step: loss} per seed]
     for r in records:
         curve = (r.get("results") or {}).get("curves", {}).get("validation_loss") or []
-        if curve:
-            s = r["spec"]
-            ax.plot([x[0] for x in curve], [x[1] for x in curve], marker=".",
-                    label=f"{s['preset']} ({s['steps']} steps, seed {s['seed']})")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("validation loss (label-smoothed CE)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncol=2)
-    return save_figure(fig, path)
+        if curve and not r["spec"].get("train_args"):
+            curves[r["spec"]["steps"]][r["spec"]["preset"]].append(dict(map(tuple, curve)))
+    plt = pyplot()
+    budgets = sorted(curves) or [0]
+    fig, axes = plt.subplots(1, len(budgets), figsize=(5.5 * len(budgets) + 2.5, 4.8), squeeze=False)
+    tab20 = plt.get_cmap("tab20").colors
+    for ax, steps in zip(axes[0], budgets):
+        presets = sorted(curves.get(steps, {}), key=lambda p: (p != "softmax", p))
+        # distinct hues first: tab10, or tab20's strong shades before its pale ones
+        colours = plt.get_cmap("tab10").colors if len(presets) <= 11 else tab20[0::2] + tab20[1::2]
+        for i, preset in enumerate(presets):
+            seeds = curves[steps][preset]
+            xs = sorted(set.intersection(*(set(c) for c in seeds)))
+            ys = np.array([[c[x] for x in xs] for c in seeds])
+            colour = "black" if preset == "softmax" else colours[(i - 1) % len(colours)]
+            ax.plot(xs, ys.mean(0), marker=".", color=colour, label=f"{preset} ({len(seeds)} seed{'s' * (len(seeds) > 1)})")
+            if len(seeds) > 1:
+                ax.fill_between(xs, ys.min(0), ys.max(0), color=colour, alpha=0.15, linewidth=0)
+        ax.set_title(f"{steps:,} steps" if steps else "no curves")
+        ax.set_xlabel("optimizer step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
+    axes[0][0].set_ylabel("validation loss (label-smoothed CE)")
+    return save_figure(fig, path, f"{title}: mean over seeds, range shaded")
 
 
 def plot_scores(runs: list[dict], sig: dict, path: Path, title: str) -> Path:

@@ -128,7 +128,9 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     pairs = defaultdict(list)
     for r in records:
         pairs[(r["spec"]["base"], r["spec"]["source"], r["spec"]["target"])].append(r)
-    detail_md += ["## Validation loss against step", ""]
+    detail_md += ["## Validation loss against step", "",
+                  "The adopted recipe's runs, one panel per budget: per preset the mean over its seeds, the range "
+                  "across seeds shaded (the experiments' arms are plotted in Recipe sensitivity).", ""]
     for (base, s, t), rs in sorted(pairs.items()):
         p = plot_validation_curves(rs, plots / f"validation_{base}_{s}-{t}.png", f"Validation loss, {s}->{t} ({base})")
         detail_md += [f"![validation loss {s}-{t}]({p.relative_to(output_dir)})", ""]

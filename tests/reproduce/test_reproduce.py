@@ -423,6 +423,34 @@ def test_gap_by_group_splits_the_bleu_gap_into_brevity_and_precision():
     assert gap_by_group("ran-d")(records) == ""
 
 
+def test_validation_plot_averages_seeds_per_budget_and_leaves_arms_out(tmp_path, monkeypatch):
+    from hf_attn.reproduce import plots
+
+    def rec(preset, seed, steps, flags=()):
+        r = _site_record(preset, seed, steps, flags=flags)
+        r["results"]["curves"] = {"validation_loss": [[n, 7.0 - n / 1000 - seed / 100] for n in range(100, steps + 1, 100)]}
+        return r
+
+    seen = {}
+
+    def capture(fig, path, title=""):
+        seen[path.name] = [(ax.get_title(), [(line.get_label(), list(line.get_ydata())) for line in ax.get_lines()])
+                           for ax in fig.axes]
+        return path
+
+    records = [rec(p, s, n) for p in ("softmax", "gmm") for s in (42, 43) for n in (600, 1800)]
+    records.append(rec("gmm", 42, 900, flags=("--gmm_gate_init", "0.5")))  # an arm: no panel of its own
+    monkeypatch.setattr(plots, "save_figure", capture)
+    plots.plot_validation_curves(records, tmp_path / "v.png", "Validation loss")
+    panels = seen["v.png"]
+    assert [title for title, _ in panels] == ["600 steps", "1,800 steps"]
+    lines = dict(panels[0][1])
+    assert list(lines) == ["softmax (2 seeds)", "gmm (2 seeds)"]
+    assert lines["softmax (2 seeds)"][0] == pytest.approx(7.0 - 0.1 - 0.425)  # mean over seeds 42 and 43 at step 100
+    plots.plot_validation_curves([], tmp_path / "none.png", "x")
+    assert [title for title, _ in seen["none.png"]] == ["no curves"]
+
+
 def test_site_by_budget_evidence_needs_enough_shared_seeds_at_two_budgets():
     from hf_attn.reproduce.claims import site_by_budget
 
