@@ -193,6 +193,12 @@ def per_seed(preset: str, ref: str, sites=SITES, train_args: tuple = ()) -> Call
     return sentences
 
 
+def _finished_by_seed(pools: dict) -> tuple[dict, list]:
+    """``pools``: {preset: records}. Returns ({preset: {seed: its finished record}}, the seeds every preset has)."""
+    done = {p: {r["spec"]["seed"]: r for r in rs if r["status"] == "complete"} for p, rs in pools.items()}
+    return done, sorted(set.intersection(*(set(d) for d in done.values())))
+
+
 def site_by_budget(preset: str, ref: str = "softmax", stat: str = "entropy",
                    sites=SITES) -> Callable[[list[dict]], str]:
     """Evidence: one sentence per (base, pair) where ``preset`` and ``ref`` share at least `MIN_SEEDS` complete
@@ -201,8 +207,7 @@ def site_by_budget(preset: str, ref: str = "softmax", stat: str = "entropy",
     def sentences(records: list[dict]) -> str:
         by_setup = defaultdict(list)
         for key, runs in _groups_with_flags(records):
-            done = {p: {r["spec"]["seed"]: r for r in runs.get(p, []) if r["status"] == "complete"} for p in (preset, ref)}
-            shared = sorted(set(done[preset]) & set(done[ref]))
+            done, shared = _finished_by_seed({p: runs.get(p, []) for p in (preset, ref)})
             if len(shared) < MIN_SEEDS:
                 continue
             mean = {p: mean_record([done[p][s] for s in shared]) for p in (preset, ref)}
@@ -225,16 +230,15 @@ def gap_by_group(preset: str, ref: str = "softmax", arms: tuple = ((),)) -> Call
         groups, parts = group_records(records), {}
         for flags in arms:
             for key, runs in _groups_with_flags(records, flags):
-                pools = {preset: runs.get(preset, []), ref: groups.get((*key[:-1], ()), {}).get(ref, [])}
-                done = {p: {r["spec"]["seed"]: r for r in rs if r["status"] == "complete"} for p, rs in pools.items()}
-                shared = sorted(set(done[preset]) & set(done[ref]))
-                bps = [show_value(done[p][s], "bp") for p in done for s in shared]
-                if len(shared) < MIN_SEEDS or not all(bps):
+                done, shared = _finished_by_seed({preset: runs.get(preset, []),
+                                                  ref: groups.get((*key[:-1], ()), {}).get(ref, [])})
+                # (BLEU, BP) of each shared seed's run, per preset
+                scores = {p: [(_bleu(done[p][s]), show_value(done[p][s], "bp")) for s in shared] for p in done}
+                if len(shared) < MIN_SEEDS or not all(x for pairs in scores.values() for _, x in pairs):
                     continue
-                def mean(p, f):
-                    return statistics.mean(f(done[p][s]) for s in shared)
-                bleu, bp = {p: mean(p, _bleu) for p in done}, {p: mean(p, lambda r: show_value(r, "bp")) for p in done}
-                precision = {p: mean(p, lambda r: _bleu(r) / show_value(r, "bp")) for p in done}
+                bleu = {p: statistics.mean(b for b, _ in scores[p]) for p in done}
+                bp = {p: statistics.mean(x for _, x in scores[p]) for p in done}
+                precision = {p: statistics.mean(b / x for b, x in scores[p]) for p in done}
                 parts[key] = (f"{group_title(key)}, seeds {', '.join(map(str, shared))}: ΔBLEU "
                               f"{bleu[preset] - bleu[ref]:+.1f}, BP {bp[preset]:.3f} vs {bp[ref]:.3f}, precision "
                               f"part (BLEU / BP) {precision[preset] - precision[ref]:+.1f}")

@@ -27,8 +27,8 @@ def by_paper(presets) -> list[tuple[str, str]]:
     presets in the order its variants declare them (method, baselines, ablations); a preset of no paper last."""
     rank = {p: (i, j, paper) for i, paper in enumerate(PAPERS) for j, p in enumerate(paper_presets(paper))}
     rank["softmax"] = (-1, 0, "")
-    ordered = sorted(presets, key=lambda p: (rank.get(p, (len(PAPERS), 0, "")), p))
-    return [(rank.get(p, (0, 0, ""))[2], p) for p in ordered]
+    place = {p: rank.get(p, (len(PAPERS), 0, "")) for p in presets}
+    return [(place[p][2], p) for p in sorted(presets, key=lambda p: (place[p], p))]
 
 
 def _with_paper_column(table: list[str], papers: list[str]) -> list[str]:
