@@ -43,7 +43,13 @@ class ResumableLengthGroupedSampler(LengthGroupedSampler):
     """`LengthGroupedSampler` (same order, drawn from the global RNG) that remembers the RNG state each epoch's
     permutation was drawn from, and on resume draws the resumed epoch's permutation from the saved state. Trainer's
     own restore loads the RNG state of the checkpoint, which is the state at the checkpoint's step, not at the start
-    of its epoch: a mid-epoch resume then skipped the right number of batches of a different permutation."""
+    of its epoch: a mid-epoch resume then skipped the right number of batches of a different permutation.
+
+    Under DDP every process draws the epoch's permutation from process 0's RNG state. Each process iterates the
+    whole sampler and accelerate's `BatchSamplerShard` keeps every n-th batch, so the permutations must agree; the
+    global RNG states agree at the first epoch (one seed) but not after it on CPU processes, since dropout draws one
+    number per activation of each process's own batches. Drawing from each process's own state gave every epoch after
+    the first repeated and missing examples."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -55,15 +61,26 @@ class ResumableLengthGroupedSampler(LengthGroupedSampler):
         self.epoch = int(epoch)
 
     def __iter__(self):
-        if self.resume is not None and self.resume.get("epoch") == self.epoch:
-            rng = self.resume["rng"]
+        resumed = self.resume is not None and self.resume.get("epoch") == self.epoch
+        rng = self.resume["rng"] if resumed else _from_process_zero(torch.get_rng_state())
+        if resumed or not torch.equal(rng, torch.get_rng_state()):  # (the second: a DDP process other than 0)
             self.generator = torch.Generator().manual_seed(0)
             self.generator.set_state(rng)
         else:
-            rng, self.generator = torch.get_rng_state(), None
+            self.generator = None  # drawn from (and advancing) the global RNG, as `LengthGroupedSampler` does
         self.resume = None
         self.drawn = {"epoch": self.epoch, "rng": rng.clone()}
         return super().__iter__()
+
+
+def _from_process_zero(state: torch.Tensor) -> torch.Tensor:
+    """Process 0's ``state`` on every process of a DDP run (``state`` itself otherwise)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        box = [state]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+    return state
 
 
 def _scalar(v) -> float | None:
@@ -160,6 +177,14 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
             new.resume, self._sampler_resume = self._sampler_resume, None
             sampler = self._sampler = new
         return sampler
+
+    def _run_epoch(self, *args, **kwargs):
+        # accelerate's `DataLoaderShard.set_epoch` reaches a sampler at most two wrappers deep; after a mid-epoch
+        # resume under DDP ours sits three deep (SkipBatchSampler > BatchSamplerShard > BatchSampler) and kept
+        # epoch 0, so the resumed epoch was drawn afresh instead of from its saved state.
+        if self._sampler is not None:
+            self._sampler.set_epoch(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         self.diverged = None

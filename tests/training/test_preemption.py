@@ -56,12 +56,12 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_the_step_and_resume_is_exact(tmp_path, uninterrupted, sig):
+@pytest.mark.parametrize("sig, after", [(signal.SIGTERM, 6), (signal.SIGINT, 10)])  # (an epoch is 8 steps)
+def test_a_signal_saves_the_step_and_resume_is_exact(tmp_path, uninterrupted, sig, after):
     out, log = tmp_path / "run", tmp_path / "log.txt"
     with open(log, "w") as fh:
         proc = _start([sys.executable, "-m", "hf_attn.cli", *ARGS, "--output_dir", str(out)], fh)
-        _wait_for_steps(log, 6, proc)
+        _wait_for_steps(log, after, proc)
         proc.send_signal(sig)
         time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)  # a second signal (a scheduler repeating itself) changes nothing
@@ -70,7 +70,7 @@ def test_a_signal_saves_the_step_and_resume_is_exact(tmp_path, uninterrupted, si
     assert rc == PREEMPTED_EXIT, text[-3000:]
     line = next(x for x in text.splitlines() if x.startswith("hf-attn: stopped by"))
     step = int(re.search(r"at step (\d+)", line).group(1))
-    assert sig.name in line and f"checkpoint-{step}" in line and "--resume" in line and 6 <= step < STEPS
+    assert sig.name in line and f"checkpoint-{step}" in line and "--resume" in line and after <= step < STEPS
     ckpts = sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-"))
     assert ckpts == [f"checkpoint-{step}"] and not (out / ".tmp-checkpoint").exists()
 
@@ -94,7 +94,8 @@ def _launch(out, tmp_path, *extra):
 
 def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path):
     """Under `accelerate launch` a signal to one worker stops both at one step, after one checkpoint, and
-    `--resume` under the same launch gives the losses and weights of an uninterrupted 2-process run."""
+    `--resume` under the same launch gives the losses and weights of an uninterrupted 2-process run. The signal
+    comes after the first epoch (8 steps): the resumed epoch's permutation must be the one both processes drew."""
     reference = tmp_path / "reference"
     r = subprocess.run(_launch(reference, tmp_path), cwd=REPO, env=offline_env(), capture_output=True, text=True,
                        timeout=600)
@@ -103,7 +104,7 @@ def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path):
     out, log = tmp_path / "run", tmp_path / "log.txt"
     with open(log, "w") as fh:
         proc = _start(_launch(out, tmp_path), fh)
-        _wait_for_steps(log, 4, proc, timeout=300)
+        _wait_for_steps(log, 10, proc, timeout=300)
         workers = subprocess.run(["pgrep", "-f", "--", f"--output_dir {out}"], capture_output=True, text=True).stdout.split()
         workers = [int(p) for p in workers if int(p) != proc.pid]
         assert workers, "no worker processes found"
@@ -116,7 +117,7 @@ def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path):
     ckpts = [p.name for p in out.iterdir() if p.name.startswith("checkpoint-")]
     assert ckpts == [f"checkpoint-{step}"]
     state = json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
-    assert state["global_step"] == step
+    assert state["global_step"] == step and state["epoch"] > 1
 
     r = subprocess.run(_launch(out, tmp_path, "--resume"), cwd=REPO, env=offline_env(), capture_output=True,
                        text=True, timeout=600)

@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from hf_attn.errors import HfAttnInputError
 from hf_attn.training import HfAttnSeq2SeqTrainer
 from tiny_trainer import data, make_trainer
+from training_helpers import REPO, offline_env
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -97,6 +99,39 @@ def test_mid_epoch_resume_restores_the_data_order(tmp_path):
     assert order_resumed == order_full[7:]
     for (k, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
         torch.testing.assert_close(a, b, msg=k)
+
+
+def test_the_sampler_draws_as_the_stock_one_in_one_process():
+    """One process: the same order as transformers' `LengthGroupedSampler` from the same RNG state, epoch after
+    epoch (the runs in results/ were trained with it)."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from hf_attn.training.trainer import ResumableLengthGroupedSampler
+
+    lengths = [(7 * i) % 23 + 1 for i in range(40)]
+    orders = {}
+    for cls in (LengthGroupedSampler, ResumableLengthGroupedSampler):
+        torch.manual_seed(0)
+        sampler = cls(4, lengths=lengths)
+        orders[cls] = [list(sampler) for _ in range(3)]
+    assert orders[LengthGroupedSampler] == orders[ResumableLengthGroupedSampler]
+    assert orders[LengthGroupedSampler][0] != orders[LengthGroupedSampler][1]
+
+
+@pytest.mark.slow
+def test_ddp_processes_draw_one_permutation_per_epoch(tmp_path):
+    """Two processes whose global RNGs drift apart after the first epoch (dropout) still draw the same permutation
+    every epoch: accelerate gives each process every second batch of its own, so differing permutations repeat some
+    examples and skip others."""
+    worker = Path(__file__).with_name("sampler_worker.py")
+    env = {**offline_env(), "PYTHONPATH": os.pathsep.join([str(REPO), str(worker.parent.parent)])}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        str(worker), str(tmp_path / "order")], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    zero, one = (json.loads((tmp_path / f"order.{rank}.json").read_text()) for rank in (0, 1))
+    assert zero == one
+    assert all(sorted(epoch) == list(range(40)) for epoch in zero) and zero[1] != zero[2]
 
 
 @pytest.mark.slow
