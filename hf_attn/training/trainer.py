@@ -263,7 +263,6 @@ class _StopOnDivergence(TrainerCallback):
             control.should_save = control.should_evaluate = False
 
 
-
 class TrainingStepCallback(TrainerCallback):
     """Before every optimiser step, ``model.set_training_step(global_step)``: the schedule of step-driven variants
     (attention calibration's annealing ratio, Lu et al. 2021 Eq. 9) follows training, and is saved with the model."""
@@ -323,8 +322,6 @@ class TimeBudgetCallback(TrainerCallback):
                 return float(json.load(f)["elapsed_seconds"])
         except (OSError, ValueError, KeyError):
             return 0.0
-
-
 
 
 class FirstSignal:
