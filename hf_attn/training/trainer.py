@@ -45,15 +45,17 @@ class ResumableLengthGroupedSampler(LengthGroupedSampler):
     own restore loads the RNG state of the checkpoint, which is the state at the checkpoint's step, not at the start
     of its epoch: a mid-epoch resume then skipped the right number of batches of a different permutation.
 
-    Under DDP every process draws the epoch's permutation from process 0's RNG state. Each process iterates the
-    whole sampler and accelerate's `BatchSamplerShard` keeps every n-th batch, so the permutations must agree; the
-    global RNG states agree at the first epoch (one seed) but not after it on CPU processes, since dropout draws one
-    number per activation of each process's own batches. Drawing from each process's own state gave every epoch after
-    the first repeated and missing examples."""
+    With ``shared`` (DDP, where every process iterates the whole sampler and accelerate's `BatchSamplerShard` keeps
+    every n-th batch) every process draws the epoch's permutation from process 0's RNG state: the permutations must
+    agree, and the global RNG states agree at the first epoch (one seed) but not after it on CPU processes, since
+    dropout draws one number per activation of each process's own batches. Drawing from each process's own state
+    gave every epoch after the first repeated and missing examples. (Not with accelerate's ``dispatch_batches``,
+    where process 0 alone iterates it: the broadcast would wait for the others forever.)"""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, shared: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.epoch = 0
+        self.shared = shared
         self.drawn: dict | None = None  # {"epoch": e, "rng": ByteTensor}: what this epoch's permutation came from
         self.resume: dict | None = None
 
@@ -62,7 +64,9 @@ class ResumableLengthGroupedSampler(LengthGroupedSampler):
 
     def __iter__(self):
         resumed = self.resume is not None and self.resume.get("epoch") == self.epoch
-        rng = self.resume["rng"] if resumed else _from_process_zero(torch.get_rng_state())
+        rng = self.resume["rng"] if resumed else torch.get_rng_state()
+        if self.shared and not resumed:
+            rng = _from_process_zero(rng)
         if resumed or not torch.equal(rng, torch.get_rng_state()):  # (the second: a DDP process other than 0)
             self.generator = torch.Generator().manual_seed(0)
             self.generator.set_state(rng)
@@ -74,13 +78,10 @@ class ResumableLengthGroupedSampler(LengthGroupedSampler):
 
 
 def _from_process_zero(state: torch.Tensor) -> torch.Tensor:
-    """Process 0's ``state`` on every process of a DDP run (``state`` itself otherwise)."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        box = [state]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-    return state
+    """Process 0's ``state`` on every process (a collective: every process must call it)."""
+    box = [state]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _scalar(v) -> float | None:
@@ -173,7 +174,8 @@ class HfAttnSeq2SeqTrainer(Seq2SeqTrainer):
     def _get_train_sampler(self, train_dataset=None):
         sampler = super()._get_train_sampler(train_dataset)
         if type(sampler) is LengthGroupedSampler:
-            new = ResumableLengthGroupedSampler(sampler.batch_size, lengths=sampler.lengths)
+            shared = self.args.world_size > 1 and not self.accelerator.dispatch_batches  # (None: not for a Dataset)
+            new = ResumableLengthGroupedSampler(sampler.batch_size, lengths=sampler.lengths, shared=shared)
             new.resume, self._sampler_resume = self._sampler_resume, None
             sampler = self._sampler = new
         return sampler

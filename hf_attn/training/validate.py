@@ -116,6 +116,20 @@ def check_train_flags(hargs, targs) -> None:
     if targs.push_to_hub and not (hargs.hub_repo_id or targs.hub_model_id):
         raise HfAttnInputError("--push_to_hub needs --hub_model_id user/name (the repo to create or update)")
     check_fsdp_device(targs)
+    check_dispatch_batches(targs)
+
+
+def check_dispatch_batches(targs) -> None:
+    """accelerate's ``dispatch_batches``: process 0 loads every batch and concatenates the processes' shares, which
+    needs batches of one shape; hf-attn pads each batch to its own longest sentence, so the run stopped at its first
+    step with a tensor-size traceback. One line instead."""
+    config = getattr(targs, "accelerator_config", None)
+    if targs.world_size > 1 and getattr(config, "dispatch_batches", None):
+        raise HfAttnInputError(
+            "--accelerator_config dispatch_batches true: process 0 would load every batch and concatenate the "
+            "processes' shares, which must have one shape, and hf-attn pads each batch to its own longest sentence; "
+            "drop dispatch_batches (every process then loads its own batches)"
+        )
 
 
 def check_fsdp_device(targs) -> None:

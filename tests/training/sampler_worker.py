@@ -20,7 +20,7 @@ def main(out: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(42)  # Trainer seeds every process alike
-    sampler = ResumableLengthGroupedSampler(4, lengths=[(7 * i) % 23 + 1 for i in range(40)])
+    sampler = ResumableLengthGroupedSampler(4, lengths=[(7 * i) % 23 + 1 for i in range(40)], shared=True)
     epochs = []
     for epoch in range(3):
         sampler.set_epoch(epoch)

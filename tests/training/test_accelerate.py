@@ -32,3 +32,21 @@ def test_two_process_accelerate_launch(tmp_path, preset):
     assert state["global_step"] == 4 and state["train_batch_size"] == 8
     for name in ("config.json", "model.safetensors", "README.md", "tokenizer_config.json"):
         assert (out / name).is_file(), name
+
+
+@pytest.mark.slow
+def test_dispatch_batches_across_processes_is_one_error_line(tmp_path):
+    """accelerate's dispatch_batches concatenates the processes' batches, which hf-attn pads to different lengths:
+    one line before any work (was a tensor-size traceback at the first step)."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", "0", "-m", "hf_attn.cli", "train", "--preset", "softmax", *TINY_ARGS,
+           "--max_steps", "2", "--accelerator_config", json.dumps({"dispatch_batches": True}),
+           "--output_dir", str(tmp_path / "out"), "--cache_dir", str(tmp_path / "tok")]
+    p = subprocess.run(cmd, env=offline_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    lines = [x for x in p.stderr.splitlines() if x.startswith("hf-attn: error: ")]
+    assert p.returncode != 0 and lines, p.stderr[-3000:]
+    assert all(x.startswith("hf-attn: error: --accelerator_config dispatch_batches true") for x in lines), lines
+    assert "drop dispatch_batches" in lines[0] and "Sizes of tensors" not in p.stderr  # (the launcher's own
+    # ChildFailedError report follows: accelerate prints it for any worker that exits non-zero)
+    assert not (tmp_path / "tok").exists()  # refused before the tokenizer was trained
