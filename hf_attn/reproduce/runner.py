@@ -270,6 +270,18 @@ class ReproduceOptions:
     docs: str | None = None
 
 
+def matrix_of(options: ReproduceOptions, train_args: Sequence[str] = ()) -> list[RunSpec]:
+    """The runs an `hf-attn reproduce` command line trains: its ``--experiments`` file's, or its matrix's."""
+    if options.experiments:
+        if train_args:
+            raise HfAttnInputError("flags after -- with --experiments: each experiment's arms set the flags of its runs")
+        only = csv_values(options.only, "--only") if options.only else None
+        return experiment_specs(Path(options.experiments), only)
+    return matrix(csv_values(options.presets, "--presets"), csv_values(options.pairs, "--pairs"),
+                  csv_values(options.steps, "--steps", int), csv_values(options.seeds, "--seeds", int),
+                  options.base, list(train_args))
+
+
 def reproduce(options: ReproduceOptions, train_args: Sequence[str], command: str) -> int:
     """`hf-attn reproduce`: train the matrix of ``options`` (``train_args`` go to every run) and write its report;
     ``command`` is the command line the report names."""
@@ -287,15 +299,7 @@ def reproduce(options: ReproduceOptions, train_args: Sequence[str], command: str
     output_dir = Path(options.output_dir)
     failed = []
     if not options.report_only:
-        if options.experiments:
-            if train_args:
-                raise HfAttnInputError("flags after -- with --experiments: each experiment's arms set the flags of its runs")
-            only = csv_values(options.only, "--only") if options.only else None
-            specs = experiment_specs(Path(options.experiments), only)
-        else:
-            specs = matrix(csv_values(options.presets, "--presets"), csv_values(options.pairs, "--pairs"),
-                           csv_values(options.steps, "--steps", int), csv_values(options.seeds, "--seeds", int),
-                           options.base, train_args)
+        specs = matrix_of(options, train_args)
         check_train_args(specs, Path(options.runs_dir))
         remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(options.runs_dir), output_dir, options.jobs, options.threads, options.sentences)
