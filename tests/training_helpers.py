@@ -30,6 +30,14 @@ def offline_env(**extra) -> dict:
     return env
 
 
+def accelerate_cli(*args: str, port: str = "0") -> list[str]:
+    """``hf-attn ARGS`` under `accelerate launch` with two CPU processes (DDP over gloo; on a machine without GPUs
+    `--multi_gpu` is what starts two processes, `--cpu --num_processes 2` starts one)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", port,
+            "-m", "hf_attn.cli", *args]
+
+
 def run_cli(args: list[str], cwd=None, timeout=300, **env) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hf_attn.cli", *args], cwd=cwd or REPO, env=offline_env(**env),
                           capture_output=True, text=True, timeout=timeout)

@@ -64,10 +64,9 @@ class ResumableLengthGroupedSampler(LengthGroupedSampler):
 
     def __iter__(self):
         resumed = self.resume is not None and self.resume.get("epoch") == self.epoch
-        rng = self.resume["rng"] if resumed else torch.get_rng_state()
-        if self.shared and not resumed:
-            rng = _from_process_zero(rng)
-        if resumed or not torch.equal(rng, torch.get_rng_state()):  # (the second: a DDP process other than 0)
+        own = torch.get_rng_state()
+        rng = self.resume["rng"] if resumed else _from_process_zero(own) if self.shared else own
+        if resumed or not torch.equal(rng, own):  # (the second: a DDP process other than 0 after the first epoch)
             self.generator = torch.Generator().manual_seed(0)
             self.generator.set_state(rng)
         else:

@@ -8,7 +8,6 @@ import json
 import math
 import socket
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 from conftest import tiny_batch, tiny_model
 from datasets import Dataset
 import tiny_trainer
-from training_helpers import REPO, TINY_ARGS, offline_env
+from training_helpers import REPO, TINY_ARGS, accelerate_cli, offline_env
 from transformers import Seq2SeqTrainingArguments
 
 import hf_attn
@@ -290,13 +289,9 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_process_accelerate_training(tmp_path):
     out_dir = tmp_path / "run"
-    # On a CPU-only machine `accelerate launch --cpu --num_processes 2` starts ONE process; two DDP processes (gloo)
-    # need the multi-process launcher plus ACCELERATE_USE_CPU.
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()),
-           "-m", "hf_attn.cli", "train", "--preset", "calibration-gate", *TINY_ARGS, "--max_steps", "4",
-           "--cache_dir", str(tmp_path / "cache"), "--output_dir", str(out_dir)]
+    # two DDP processes (gloo) on a CPU-only machine: the multi-process launcher plus ACCELERATE_USE_CPU
+    cmd = accelerate_cli("train", "--preset", "calibration-gate", *TINY_ARGS, "--max_steps", "4",
+                         "--cache_dir", str(tmp_path / "cache"), "--output_dir", str(out_dir), port=str(_free_port()))
     proc = subprocess.run(cmd, check=False, cwd=REPO, env=offline_env(ACCELERATE_USE_CPU="true"),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

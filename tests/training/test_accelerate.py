@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
-from training_helpers import TINY_ARGS, offline_env
+from training_helpers import TINY_ARGS, accelerate_cli, offline_env
 
 PRESETS = ["rela-g"]  # variants with auxiliary losses or step-driven state add themselves here
 
@@ -16,11 +15,9 @@ PRESETS = ["rela-g"]  # variants with auxiliary losses or step-driven state add 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_two_process_accelerate_launch(tmp_path, preset):
     out = tmp_path / preset
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", "0", "-m", "hf_attn.cli", "train", "--preset", preset, *TINY_ARGS,
-           "--per_device_train_batch_size", "8", "--max_steps", "4", "--save_steps", "2",
-           "--output_dir", str(out), "--cache_dir", str(tmp_path / "tok")]
+    cmd = accelerate_cli("train", "--preset", preset, *TINY_ARGS, "--per_device_train_batch_size", "8",
+                         "--max_steps", "4", "--save_steps", "2", "--output_dir", str(out),
+                         "--cache_dir", str(tmp_path / "tok"))
     p = subprocess.run(cmd, env=offline_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stderr[-4000:]
     r = json.loads((out / "results.json").read_text())
@@ -38,11 +35,9 @@ def test_two_process_accelerate_launch(tmp_path, preset):
 def test_dispatch_batches_across_processes_is_one_error_line(tmp_path):
     """accelerate's dispatch_batches concatenates the processes' batches, which hf-attn pads to different lengths:
     one line before any work (was a tensor-size traceback at the first step)."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", "0", "-m", "hf_attn.cli", "train", "--preset", "softmax", *TINY_ARGS,
-           "--max_steps", "2", "--accelerator_config", json.dumps({"dispatch_batches": True}),
-           "--output_dir", str(tmp_path / "out"), "--cache_dir", str(tmp_path / "tok")]
+    cmd = accelerate_cli("train", "--preset", "softmax", *TINY_ARGS, "--max_steps", "2", "--accelerator_config",
+                         json.dumps({"dispatch_batches": True}), "--output_dir", str(tmp_path / "out"),
+                         "--cache_dir", str(tmp_path / "tok"))
     p = subprocess.run(cmd, env=offline_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     lines = [x for x in p.stderr.splitlines() if x.startswith("hf-attn: error: ")]
     assert p.returncode != 0 and lines, p.stderr[-3000:]

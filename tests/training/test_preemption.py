@@ -13,7 +13,7 @@ import time
 
 import pytest
 from safetensors.torch import load_file
-from training_helpers import REPO, TINY_ARGS, offline_env
+from training_helpers import REPO, TINY_ARGS, accelerate_cli, offline_env
 
 from hf_attn.errors import PREEMPTED_EXIT
 
@@ -86,10 +86,8 @@ def test_a_signal_saves_the_step_and_resume_is_exact(tmp_path, uninterrupted, si
 
 def _launch(out, tmp_path, *extra):
     """`accelerate launch` with 2 CPU processes of the same tiny run (the tokenizer cache is shared)."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-            "-m", "hf_attn.cli", *ARGS, "--per_device_train_batch_size", "8", "--output_dir", str(out),
-            "--cache_dir", str(tmp_path.parent / "tok"), *extra]
+    return accelerate_cli(*ARGS, "--per_device_train_batch_size", "8", "--output_dir", str(out),
+                          "--cache_dir", str(tmp_path.parent / "tok"), *extra)
 
 
 def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path):
