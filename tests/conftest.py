@@ -9,6 +9,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the fused Triton kernels run on CPU tensors under Triton's interpreter (read when triton is first imported, so
+# before hf_attn): every kernel is checked without a GPU (tests named *triton*)
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
