@@ -33,10 +33,12 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .attention_base import VariantAttention
 from .citations import CITATIONS
+from .fused import kernel_mode
 from .gmm_mixture import (
     NORMALIZATION_SCALE,
     SYNTHESIS_MAX_LOG_STEP,
@@ -252,6 +254,8 @@ class GmmAttention(VariantAttention):
     def attend(self, q, k, v, keep, ctx):
         """gamma = fuse(alpha, beta) (Eq. 13); returns (gamma V (Eq. 15), gamma or None)."""
         details = ctx.state is not None and ctx.state.details is not None
+        if not (details or ctx.output_attentions) and self.sdpa_distributed(q):
+            return self.attend_distributed(q, k, v, keep, ctx), None
         with float32_autocast_off(q):
             q32 = q.float()
             geometry = self.source_geometry(keep, ctx)
@@ -275,6 +279,35 @@ class GmmAttention(VariantAttention):
         if details:
             ctx.state.record(self.site, self.layer_idx, {"alpha": alpha, "beta": beta, "gamma": gamma, **params})
         return weighted_values(gamma, v, self.attn_dropout, self.training, ctx.output_attentions)
+
+    def sdpa_distributed(self, q) -> bool:
+        """True when `attend_distributed` computes gamma V: no attention dropout active (the paper drops gamma with
+        one mask, SDPA would drop alpha with its own), and neither the config / ``HF_ATTN_KERNELS`` (``"eager"``)
+        nor ``attn_implementation="eager"`` asks for the written-out path."""
+        return self.attn_dropout == 0 and not getattr(self, "eager_attention", False) and kernel_mode(self.config) != "eager"
+
+    def attend_distributed(self, q, k, v, keep, ctx):
+        """gamma V with the product distributed over the fusion (Eq. 13, 15): (1 - g) (alpha V) + g (beta V), alpha V
+        by `F.scaled_dot_product_attention` (flash on GPU: alpha is never formed), beta (Eq. 6) as in `attend`.
+        average: (alpha V + beta V) / 2; gmm_only: beta V; dot: alpha V. Without attention dropout only."""
+        alpha_v = None
+        if self.fusion != "gmm_only":  # Eq. 1-2 and alpha V, in q's dtype (float32 accumulation in SDPA)
+            mask, _ = keep.sdpa_mask(q.dtype)
+            alpha_v = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
+        if self.fusion == "dot":
+            return alpha_v
+        with float32_autocast_off(q):
+            geometry = self.source_geometry(keep, ctx)
+            beta, g, _ = self.mixture_attention(self.ffn_joint(q.float()), geometry, ctx, details=False)
+            if self.fusion == "gate":  # Eq. 13: (1 - g) alpha V + (g beta) V
+                if ctx.state is not None and ctx.cache is None:
+                    ctx.state.log(f"gmm_gate_layer{self.layer_idx}", g.mean())
+                beta_v = torch.matmul((beta * g).to(v.dtype), v)
+                return torch.addcmul(beta_v.float(), 1 - g, alpha_v.float()).to(v.dtype)
+            beta_v = torch.matmul(beta.to(v.dtype), v)
+            if self.fusion == "average":
+                return torch.add(beta_v.float(), alpha_v.float()).mul_(0.5).to(v.dtype)
+            return beta_v
 
     def dot_product(self, q, k, keep, geometry):
         """alpha = softmax(q k^T / sqrt(dh)) over the real source tokens (Eq. 1-2), float32. A single query row
