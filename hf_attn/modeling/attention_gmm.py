@@ -215,6 +215,7 @@ class GmmAttention(VariantAttention):
         self.uniform_weights = config.gmm_share_weight and self.normalization != "synthesis"
         k, dh = self.num_components, self.head_dim
         self.gmm_ffns: tuple[str, ...] = ()
+        outs: dict[str, int] = {}  # (dot: no FFN)
         if self.fusion != "dot":
             outs = {"weight": 1 if config.gmm_share_weight else k, "mean": 1 if self.share_mean else k}
             outs["sigma"] = 1 if self.share_sigma else k
