@@ -81,7 +81,9 @@ from .attention_base import VariantAttention
 from .citations import CITATIONS
 from .forward_state import FORWARD_STATE_KWARG, ForwardState
 from .hyperparameters import Hyperparameter, Preset
+from .fused import use_triton
 from .kernels import float32_autocast_off, weighted_values
+from .triton_calibration import calibrated_attention
 
 CALIBRATION_PAPER = CITATIONS["calibration"]
 FUSIONS = ("fixed", "fixed_softmax", "anneal", "gate")
@@ -198,8 +200,35 @@ class CalibratedAttention(VariantAttention):
 
     # ---- forward ----------------------------------------------------------------------------------------------
     def attend(self, q, k, v, keep, ctx):
+        details = ctx.state is not None and ctx.state.details is not None
+        if self.fusion != "fixed_softmax" and keep.explicit is None and not keep.causal and use_triton(
+                self, q, ctx.output_attentions or details):
+            return self.attend_fused(q, k, v, keep, ctx), None
         weights = self.calibrated_weights(q, k, keep, ctx)
         return weighted_values(weights, v, self.attn_dropout, self.training, ctx.output_attentions)
+
+    def attend_fused(self, q, k, v, keep, ctx):
+        """dropout(w) V with w as `calibrated_weights` gives it, by the Triton kernel (`triton_calibration`): no
+        [B,H,T,S] tensor; the penalty and mask sums of `_statistics` come from the same pass. Every fusion but
+        fixed_softmax (whose softmax over the fused weights needs them whole), a padding-only mask."""
+        x, enc, state = ctx.hidden_states, ctx.key_value_states, ctx.state
+        perturbed = state is not None and state.mode == "perturbed"
+        training = self.training and torch.is_grad_enabled()
+        real = keep.real_keys()  # [B|1, 1, 1, S]
+        with float32_autocast_off(q):  # q', k' and the gains in float32, as `calibrated_weights`
+            qp, kp = self.perturbation_projections(x, enc, "live" if perturbed or not training else "nmt", ctx)
+            stats = training and not perturbed and state is not None
+            phi = [t.to(q.dtype) for t in self.perturbation_projections(x, enc, "phi")] if stats else None
+            gain_a, gain_c, g = (None, None, None) if perturbed else self.gains(q.float() * self.scaling)
+        o, psq, msum = calibrated_attention(
+            q, k, v, qp.to(q.dtype), kp.to(q.dtype), real.view(-1, keep.k_len).expand(q.shape[0], -1), gain_a,
+            gain_c, "perturbed" if perturbed else "calibrated", self.attn_dropout, phi)
+        if stats:
+            state.layer_stats[(self.variant, self.site, self.layer_idx)] = self._statistics(
+                x, enc, real, None, g, sums=(psq, msum))
+            if self.fusion == "anneal":
+                state.log("calibration_anneal_ratio", self.anneal_ratio())
+        return o
 
     def perturbation_mask(self, x, enc, real, view: str, ctx=None) -> torch.Tensor:
         """m = sigmoid(q' k'^T / sqrt(dh)) (Eq. 4), float32 [B,H,T,S], exactly 0 on padding.
@@ -209,6 +238,12 @@ class CalibratedAttention(VariantAttention):
         view "live": both live (perturbed pass, whose theta parameters are already detached; inference).
         During cached decoding (``ctx`` with a cache, no autograd) k' is computed once and kept in the cache.
         """
+        qp, kp = self.perturbation_projections(x, enc, view, ctx)
+        return torch.sigmoid(torch.matmul(qp * self.scaling, kp.transpose(-1, -2))) * real
+
+    def perturbation_projections(self, x, enc, view: str, ctx=None):
+        """(q' [B,H,T,dh], k' [B,H,S,dh]) of Eq. 4, float32, with the gradient routing of ``view``
+        (`perturbation_mask`); k' kept in the cache during cached decoding."""
         wq, bq = self.perturb_q_proj.weight, self.perturb_q_proj.bias
         wk, bk = self.perturb_k_proj.weight, self.perturb_k_proj.bias
         if view == "nmt":
@@ -225,8 +260,7 @@ class CalibratedAttention(VariantAttention):
             kp = kp.transpose(1, 2)
             if cached:
                 ctx.cache.set_state(name, kp)
-        scores = torch.matmul(qp * self.scaling, kp.transpose(-1, -2))
-        return torch.sigmoid(scores) * real
+        return qp, kp
 
     def calibrated_weights(self, q, k, keep, ctx) -> torch.Tensor:
         """The weights this layer attends with: fused (calibrated pass, inference) or a_p (perturbed pass)."""
@@ -267,20 +301,40 @@ class CalibratedAttention(VariantAttention):
         if self.fusion == "anneal":  # Eq. 9
             r = self.anneal_ratio()
             return r * a + (1 - r) * a_c, None
+        g = self.gate(qs)
+        return g * a + (1 - g) * a_c, g
+
+    def gains(self, qs):
+        """(G, H, gate or None): the fused weights written a (G + H exp(1 - m)) (Eq. 7 in Eq. 8 as released, 9, 10),
+        G and H per query row ([B,H,T] tensors, 0-dim tensors or floats)."""
+        if self.fusion == "fixed":
+            return 1.0, self.calibration_lambda, None
+        if self.fusion == "anneal":
+            r = self.anneal_ratio()
+            return r, 1 - r, None
+        g = self.gate(qs)
+        return g.squeeze(-1), 1 - g.squeeze(-1), g
+
+    def gate(self, qs):
+        """g = sigmoid(W_g q + b_g) (Eq. 10), [B, H, T, 1], on the scaled query ``qs``."""
         if self.gate_per_head:  # the released gate reads the scaled query of each head
             logit = torch.einsum("bhtd,hd->bht", qs, self.calibration_gate_weight.float())
             logit = (logit + self.calibration_gate_bias.float()[:, None])[..., None]
         else:
             logit = F.linear(qs, self.calibration_gate.weight.float(), self.calibration_gate.bias.float())
-        g = torch.sigmoid(logit)  # Eq. 10, [B, H, T, 1]
-        return g * a + (1 - g) * a_c, g
+        return torch.sigmoid(logit)  # Eq. 10, [B, H, T, 1]
 
-    def _statistics(self, x, enc, real, m_nmt, g) -> dict:
-        """Per target position sums for the model-level objective: penalty (phi view), mean mask, gate."""
-        m_phi = self.perturbation_mask(x, enc, real, "phi")
-        sq = ((1 - m_phi).square() * real).sum(dim=(1, 3))  # [B, T]  (Eq. 6 over heads and real sources)
+    def _statistics(self, x, enc, real, m_nmt, g, sums=None) -> dict:
+        """Per target position sums for the model-level objective: penalty (phi view), mean mask, gate; ``sums``:
+        the fused kernel's (penalty, mask sum) per head [B,H,T] instead of ``m_nmt``."""
+        if sums is None:
+            m_phi = self.perturbation_mask(x, enc, real, "phi")
+            sq = ((1 - m_phi).square() * real).sum(dim=(1, 3))  # [B, T]  (Eq. 6 over heads and real sources)
+            mask_sum = (m_nmt.detach() * real).sum(dim=(1, 3))
+        else:
+            sq, mask_sum = sums[0].sum(1), sums[1].sum(1)
         n = (real.sum(dim=(1, 3)) * self.num_heads).expand_as(sq)  # [B, T] entries per target position
-        stats = {"penalty_sq": sq, "count": n, "mask_sum": (m_nmt.detach() * real).sum(dim=(1, 3))}
+        stats = {"penalty_sq": sq, "count": n, "mask_sum": mask_sum}
         if g is not None:
             stats["gate_sum"] = g.detach().squeeze(-1).sum(1)  # [B, T]
         return stats
