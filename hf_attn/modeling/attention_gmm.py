@@ -283,9 +283,13 @@ class GmmAttention(VariantAttention):
 
     def sdpa_distributed(self, q) -> bool:
         """True when `attend_distributed` computes gamma V: no attention dropout active (the paper drops gamma with
-        one mask, SDPA would drop alpha with its own), and neither the config / ``HF_ATTN_KERNELS`` (``"eager"``)
-        nor ``attn_implementation="eager"`` asks for the written-out path."""
-        return self.attn_dropout == 0 and not getattr(self, "eager_attention", False) and kernel_mode(self.config) != "eager"
+        one mask, SDPA would drop alpha with its own), not ``attn_implementation="eager"``, and a CUDA tensor (kernel
+        mode auto or triton, `fused.kernel_mode`) or the fused paths forced (mode triton, also on CPU; the CPU
+        default stays the written-out path, whose speed there is the reference)."""
+        if self.attn_dropout or getattr(self, "eager_attention", False):
+            return False
+        mode = kernel_mode(self.config)
+        return mode != "eager" and (q.is_cuda or mode == "triton")
 
     def attend_distributed(self, q, k, v, keep, ctx):
         """gamma V with the product distributed over the fusion (Eq. 13, 15): (1 - g) (alpha V) + g (beta V), alpha V
