@@ -88,6 +88,20 @@ def _latex(text: str) -> str:
     return "".join(_LATEX.get(ch, ch) for ch in text)
 
 
+# hf-attn itself, as software (CITATION.cff at the repository root is written from it; the version is the package's)
+HF_ATTN = Citation(
+    "hf-attn", "misc", ("The hf-attn contributors",), 2026,
+    "hf-attn: published NMT attention mechanisms for Hugging Face Transformers' Marian and BART models", "software",
+    url="https://github.com/hf-attn/hf-attn")
+
+
+def cited(text: str) -> list[Citation]:
+    """The `CITATIONS` entries whose one-line form ``text`` contains (a preset's ``paper``), in the order cited."""
+    found = [(text.find(str(c)), c) for c in CITATIONS.values() if str(c) in text]
+    return [c for _, c in sorted(found, key=lambda x: x[0])]
+
+
+# the papers, by key (a paper's page is docs/papers/<key>.md); this table ends the file
 _ACL = "Association for Computational Linguistics"
 _EMNLP_2021 = "Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing"
 _PMLR = "Proceedings of Machine Learning Research"
@@ -156,15 +170,3 @@ CITATIONS = {
         booktitle="Proceedings of the 38th International Conference on Machine Learning", series=_PMLR,
         volume="139", pages="10183--10192", publisher="PMLR", eprint="2005.00743"),
 }
-
-# hf-attn itself, as software (CITATION.cff at the repository root is written from it; the version is the package's)
-HF_ATTN = Citation(
-    "hf-attn", "misc", ("The hf-attn contributors",), 2026,
-    "hf-attn: published NMT attention mechanisms for Hugging Face Transformers' Marian and BART models", "software",
-    url="https://github.com/hf-attn/hf-attn")
-
-
-def cited(text: str) -> list[Citation]:
-    """The `CITATIONS` entries whose one-line form ``text`` contains (a preset's ``paper``), in the order cited."""
-    found = [(text.find(str(c)), c) for c in CITATIONS.values() if str(c) in text]
-    return [c for _, c in sorted(found, key=lambda x: x[0])]
