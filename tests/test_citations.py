@@ -117,14 +117,16 @@ def test_citation_cff_is_cff_1_2_0_of_hf_attn_and_its_papers():
     assert data["cff-version"] == "1.2.0" and data["type"] == "software"
     assert (data["title"], data["version"], data["repository-code"]) == (HF_ATTN.title, __version__, HF_ATTN.url)
     assert data["authors"] == [{"name": a} for a in HF_ATTN.authors]
-    assert data["license"] == "Apache-2.0" and 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert data["license"] == "Apache-2.0" and 'license = { text = "Apache-2.0" }' in pyproject
     refs = data["references"]
     assert [r["title"] for r in refs] == [c.title for c in CITATIONS.values()]
     for ref, c in zip(refs, CITATIONS.values()):
         assert [a["family-names"] for a in ref["authors"]] == c.surnames and ref["year"] == c.year
         assert ref["url"] == c.url and ref.get("doi", "") == c.doi
         assert ref["type"] in ("conference-paper", "article") and set(ref) <= {
-            "type", "title", "authors", "year", "collection-title", "journal", "start", "end", "publisher", "doi", "url"}
+            "type", "title", "authors", "year", "collection-title", "journal", "start", "end", "publisher", "doi",
+            "url"}
     assert citation_cff.citation_cff() == (ROOT / "CITATION.cff").read_text(encoding="utf-8")
 
 
@@ -205,4 +207,5 @@ def test_citation_is_a_frozen_dataclass_with_the_old_string_form():
     assert isinstance(c, Citation) and dataclasses.is_dataclass(c)
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.year = 2020
-    assert f"{c}" == str(c) == "Lu et al. 2021, Attention Calibration for Transformer in Neural Machine Translation (ACL)"
+    assert f"{c}" == str(c) == ("Lu et al. 2021, Attention Calibration for Transformer in Neural Machine Translation "
+                                "(ACL)")
