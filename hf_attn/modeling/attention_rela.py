@@ -39,15 +39,20 @@ class RelaAttention(VariantAttention):
     description = "rectified linear attention with a (gated) RMSNorm on its output (Zhang et al. 2021)"
     hyperparameters = (
         Hyperparameter("rela_activation", str, "relu", "activation on the scores: relu (Eq. 3); gelu, leaky_relu are "
-                       "Table 1 rows 9-10 (Zhang et al. 2021)", choices=ACTIVATIONS),
+                       "Table 1 rows 9-10 (Zhang et al. 2021)", choices=ACTIVATIONS,
+                       symbol="ReLU in alpha = ReLU(q k^T / sqrt(d)) (Eq. 3)"),
         Hyperparameter("rela_norm", str, "rmsnorm", "normalisation of the attention output: rmsnorm (Eq. 4); none = "
-                       "row 4 (fails to train), layernorm = row 8 (Zhang et al. 2021, Table 1)", choices=NORMS),
+                       "row 4 (fails to train), layernorm = row 8 (Zhang et al. 2021, Table 1)", choices=NORMS,
+                       symbol="LN(.) on the attention output (Eq. 3; RMSNorm, Eq. 4)"),
         Hyperparameter("rela_gate", bool, True, "sigmoid gate on the normalised output: ReLA-g (Eq. 5); false with "
-                       "rela_gain_init=uniform is ReLA-i (Zhang et al. 2021)"),
+                       "rela_gain_init=uniform is ReLA-i (Zhang et al. 2021)",
+                       symbol="sigma(w * z), the gate of ReLA-g (Eq. 5)"),
         Hyperparameter("rela_gain_init", str, "ones", "norm gain init: ones, or uniform U(-sqrt(3/dh), sqrt(3/dh)) "
-                       "for ReLA-i (Zhang et al. 2021, footnote 4)", choices=GAIN_INITS),
+                       "for ReLA-i (Zhang et al. 2021, footnote 4)", choices=GAIN_INITS,
+                       symbol="g ~ U(-sqrt(3/d_h), sqrt(3/d_h)), ReLA-i (footnote 4)"),
         Hyperparameter("rela_eps", float, 1e-8, "epsilon of the RMS statistic; keeps null-attention rows at 0 "
-                       "(not in Zhang et al. 2021)", low=0.0, low_open=True),
+                       "(not in Zhang et al. 2021)", low=0.0, low_open=True,
+                       symbol="epsilon in RMS(z) (Eq. 4; no value in the paper)"),
         Hyperparameter("rela_leaky_relu_slope", float, 0.01, "negative slope with rela_activation=leaky_relu "
                        "(Zhang et al. 2021, Table 1 row 10; PyTorch's default 0.01)", low=0.0, high=1.0),
         Hyperparameter("rela_chunk", int, 256, "queries and keys per block of the block-wise path for long inputs "

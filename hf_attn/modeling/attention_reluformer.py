@@ -161,14 +161,17 @@ class ReluFormerAttention(VariantAttention):
     )
     hyperparameters = (
         Hyperparameter("reluformer_scale", bool, True, "divide by the variance reduction factor gamma sqrt(n/2) "
-                       "(Shen et al. 2023, Eq. 6); false = Table 5 '- scale factor' (diverges)"),
+                       "(Shen et al. 2023, Eq. 6); false = Table 5 '- scale factor' (diverges)",
+                       symbol="gamma sqrt(n/2) (Eq. 6)"),
         Hyperparameter("reluformer_gamma", float, 1.0, "gamma in gamma sqrt(n/2) (Shen et al. 2023, Eq. 6 gives no "
-                       "value)", low=0.0, low_open=True),
+                       "value)", low=0.0, low_open=True, symbol="gamma (Eq. 6)"),
         Hyperparameter("reluformer_reg_weight", float, 0.05, "weight of L_reg (Eq. 7) in the loss; Shen et al. 2023 "
                        "give none. 0.05: at weight 1 the attention collapses and BLEU falls far below softmax "
-                       "(hf-attn's recipe sensitivity runs, docs/papers/reluformer.md); 0 = Table 5 '- reg loss'", low=0.0),
+                       "(hf-attn's recipe sensitivity runs, docs/papers/reluformer.md); 0 = Table 5 '- reg loss'",
+                       low=0.0,
+                       symbol="the weight of L_reg (Eq. 7; no value in the paper)"),
         Hyperparameter("reluformer_entropy_bound", float, 0.7, "C = value * log n in L_reg's entropy margin (Shen et "
-                       "al. 2023, Appendix A)", low=0.0),
+                       "al. 2023, Appendix A)", low=0.0, symbol="C = value * log n (Appendix A)"),
         Hyperparameter("reluformer_eps", float, 1e-6, "floor on the row sum before the log (an all-zero row has sum "
                        "0; not in Shen et al. 2023)", low=0.0, high=1e-2, low_open=True),
         Hyperparameter("reluformer_query_chunk", int, 256, "queries and keys per block of the block-wise path for "
