@@ -113,6 +113,17 @@ def test_the_papers_symbols_are_declared():
     assert dataclasses.replace(hps["rela_eps"], symbol="").symbol == ""
 
 
+def test_presets_verbose_prints_the_paper_symbols(capsys):
+    from hf_attn.cli import presets
+
+    assert presets.run(["--verbose"]) == 0
+    out = capsys.readouterr().out
+    for cls in hf_attn.ATTENTION_VARIANTS.values():
+        for hp in cls.hyperparameters:
+            block = out.split(f"  --{hp.name} ", 1)[1].split("\n  --", 1)[0]
+            assert (f"paper symbol: {hp.symbol}" in block) == bool(hp.symbol), hp.name
+
+
 def test_the_tables_command_rewrites_a_changed_declaration(tmp_path, monkeypatch):
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / "docs" / "api.md", tmp_path / "docs" / "api.md")

@@ -11,8 +11,9 @@ from ..modeling.hyperparameters import did_you_mean
 def run(argv) -> int:
     ap = argparse.ArgumentParser(prog="hf-attn presets", description="list the attention presets")
     ap.add_argument("--verbose", "-v", action="store_true",
-                    help="also each preset's settings and paper, and every variant's hyperparameters (type, "
-                         "default, valid values, help): the `hf-attn train` flags")
+                    help="also each preset's settings and papers (with their pages), and every variant's "
+                         "hyperparameters (type, default, valid values, help, paper symbol): the `hf-attn train` "
+                         "flags")
     ap.add_argument("--bibtex", metavar="PRESET",
                     help="print the BibTeX entries of the papers a preset implements or compares with, and exit")
     a = ap.parse_args(argv)
@@ -42,6 +43,8 @@ def describe_variants() -> str:
         for hp in cls.hyperparameters:
             lines.append(f"  --{hp.name} {hp.type_name()}: {hp.valid_values()}; default {hp.initial()!r}")
             lines.append(f"      {hp.help}")
+            if hp.symbol:
+                lines.append(f"      paper symbol: {hp.symbol}")
         if not cls.hyperparameters:
             lines.append("  (no hyperparameters)")
     return "\n".join(lines)
