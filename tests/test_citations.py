@@ -209,3 +209,12 @@ def test_citation_is_a_frozen_dataclass_with_the_old_string_form():
         c.year = 2020
     assert f"{c}" == str(c) == ("Lu et al. 2021, Attention Calibration for Transformer in Neural Machine Translation "
                                 "(ACL)")
+
+
+def test_the_generated_citation_blocks_live_where_their_writers_look():
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    where = {m: [f.relative_to(ROOT).as_posix() for f in files if m in f.read_text(encoding="utf-8")]
+             for m in (citation_docs.BIBTEX_START, citation_docs.PAGE_START, "<!-- api-tables:start -->")}
+    pages = sorted(f"docs/{paper_pages.PAPER_PAGE.format(name)}" for name, _ in paper_pages.PAPERS.values())
+    assert where == {citation_docs.BIBTEX_START: pages, citation_docs.PAGE_START: pages,
+                     "<!-- api-tables:start -->": ["docs/api.md"]}
