@@ -1,0 +1,353 @@
+"""Fused Triton kernels (forward and backward) for the ReLU attention family: ReLA (Zhang et al. 2021, Eq. 3) and
+ReLUFormer (Shen et al. 2023, Eq. 5-7).
+
+What: the contract of `attention_blockwise.blockwise_relu_attention`, with q already scaled (ReLUFormer's per-query
+factor 1 / (gamma sqrt(n_i / 2)) included):
+
+    a_ij = act(q_i k_j^T) * keep_ij,    o_i = sum_j dropout(a)_ij v_j                 (ReLA Eq. 3; ReLUFormer Eq. 5-6)
+    with ``stats``: sum_j a_ij and sum_j a_ij log a_ij per row (float32), the two sums L_reg (Eq. 7) is built from.
+
+How: the ReLU family has no softmax, hence no running max, no exp and no normaliser: o_i is a plain sum over key
+blocks. One forward launch walks, per (query block, head), the key blocks (``tl.dot`` in the inputs' dtype,
+float32 accumulation) and adds each block's share; the row statistics are summed in the same pass. One backward
+launch: each program recomputes the scores of one key block against every query block (dk, dv) and of one query
+block against every key block (dq), so nothing of size ``[B, H, T, S]`` is ever stored. The keep mask is read in its
+compact form (`KeepMask`: key padding ``[B, S]`` + causal with an offset = the cache length); causal blocks above
+the diagonal are skipped. Attention dropout: a counter-based RNG (Philox, keyed by one seed per call drawn on the
+device from torch's RNG, counters = key, query, batch-head), regenerated exactly by the backward pass; no host sync.
+
+Limits (`triton_supports` says when the kernel applies; callers keep the eager path otherwise): no dense
+``explicit`` mask, head dim <= 128 (others padded to a power of two >= 16 in registers), q, k, v on one device;
+the row statistics need activation relu. fp32 inputs use IEEE fp32 dots (no TF32).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .fused import interpreting, tl, triton
+
+ACT_CODES = {"relu": 0, "gelu": 1, "leaky_relu": 2}
+MAX_HEAD_DIM = 128
+_TINY = 1e-30  # log a reads log(max(a, tiny)), as `attention_blockwise`
+
+
+def triton_supports(q: torch.Tensor, k: torch.Tensor, keep) -> bool:
+    """True when the fused kernel can run this call: triton importable, a CUDA tensor (or Triton's interpreter), a
+    compact keep mask, non-empty lengths, head dim <= 128."""
+    return (triton is not None and (q.is_cuda or interpreting()) and keep.explicit is None
+            and q.shape[-1] <= MAX_HEAD_DIM and q.shape[2] > 0 and k.shape[2] > 0)
+
+
+def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropout=0.0, stats=False):
+    """``sum_j dropout(act(q k_j^T) * keep_j) v_j`` in one fused kernel (module docstring).
+
+    q ``[B,H,T,dh]`` (scaled), k/v ``[B,H,S,dh]``, keep a compact `KeepMask`. Returns (context ``[B,H,T,dh]`` in
+    v's dtype, float32 ``[B,H,T]`` row sums or None, row sums of a log a or None): the statistics only with
+    ``stats``. Under autocast q, k, v are cast to the autocast dtype first (as the eager matmuls would be).
+    """
+    if activation not in ACT_CODES:
+        raise ValueError(f"activation {activation!r} is not one of {tuple(ACT_CODES)}")
+    if stats and activation != "relu":
+        raise ValueError(f"the row statistics (ReLUFormer's L_reg) need activation='relu', not {activation!r}")
+    if not triton_supports(q, k, keep):
+        raise ValueError(f"triton_relu_attention cannot run head dim {q.shape[-1]} (limit {MAX_HEAD_DIM}) or a "
+                         "dense explicit mask; check triton_supports() first and use the eager path")
+    device_type = q.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+    else:
+        dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    q, k, v = (x if x.dtype == dtype else x.to(dtype) for x in (q, k, v))
+    # one seed per call, drawn on the device from torch's RNG (torch.manual_seed reproduces it; no host sync)
+    seed = (torch.randint(0, 2**62, (1,), device=q.device, dtype=torch.int64) if dropout > 0
+            else torch.zeros(1, device=q.device, dtype=torch.int64))
+    out, total, s_log_s = _TritonReluAttention.apply(q, k, v, keep.padding, seed,
+                                                     (ACT_CODES[activation], float(slope), float(dropout), bool(stats),
+                                                      bool(keep.causal), int(keep.offset)))
+    return out, (total if stats else None), (s_log_s if stats else None)
+
+
+def _launch_config(q: torch.Tensor):
+    """(forward BLOCK_M, BLOCK_N, backward BLOCK, BLOCK_D, num_warps): small blocks under the interpreter (many
+    ragged tiles in small tests), flash-style sizes on a GPU."""
+    dh = q.shape[-1]
+    block_d = max(16, triton.next_power_of_2(dh))
+    if not q.is_cuda:
+        return 32, 32, 32, block_d, 4
+    return 128, 64, 64, block_d, 4 if block_d <= 64 else 8
+
+
+def _strides(x: torch.Tensor):
+    return x.stride(0), x.stride(1), x.stride(2), x.stride(3)
+
+
+class _TritonReluAttention(torch.autograd.Function):
+    """One forward launch (`_fwd_kernel`), one backward launch (`_bwd_kernel`)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, padding, seed, opts):
+        act, slope, p, stats, causal, offset = opts
+        b, h, t, dh = q.shape
+        s = k.shape[2]
+        q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+        pad = padding.to(torch.uint8) if padding is not None else seed  # (seed: a dummy pointer)
+        block_m, block_n, _, block_d, warps = _launch_config(q)
+        # [B,T,H,dh] memory, returned as its [B,H,T,dh] view: merging the heads afterwards is free
+        out = torch.empty(b, t, h, dh, dtype=v.dtype, device=q.device).transpose(1, 2)
+        total = torch.empty(b, h, t, dtype=torch.float32, device=q.device) if stats else q.new_zeros(0)
+        s_log_s = torch.empty_like(total) if stats else q.new_zeros(0)
+        grid = (triton.cdiv(t, block_m), b * h)
+        _fwd_kernel[grid](
+            q, k, v, out, total, s_log_s, pad, seed, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
+            pad.stride(0) if pad.dim() == 2 and pad.shape[0] > 1 else 0, pad.stride(-1),
+            h, t, s, dh, offset, slope, p,
+            ACT=act, CAUSAL=causal, HAS_PAD=padding is not None, DROPOUT=p > 0, STATS=stats,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            PRECISION="ieee" if q.dtype == torch.float32 else None, num_warps=warps,
+        )
+        ctx.opts = opts
+        ctx.has_pad = padding is not None
+        ctx.save_for_backward(q, k, v, pad, seed)
+        return out, total, s_log_s
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_total, grad_s_log_s):
+        q, k, v, pad, seed = ctx.saved_tensors
+        act, slope, p, stats, causal, offset = ctx.opts
+        b, h, t, dh = q.shape
+        s = k.shape[2]
+        grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
+        stats_grad = stats and (grad_total is not None or grad_s_log_s is not None)
+        if stats_grad:  # float32 [B,H,T], contiguous; a missing one is zero
+            grad_total, grad_s_log_s = (torch.zeros(b, h, t, dtype=torch.float32, device=q.device) if g is None
+                                        else g.float().contiguous() for g in (grad_total, grad_s_log_s))
+        else:
+            grad_total = grad_s_log_s = seed  # dummy pointers
+        _, _, block, block_d, warps = _launch_config(q)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        grid = (triton.cdiv(max(t, s), block), b * h)
+        _bwd_kernel[grid](
+            q, k, v, grad_out, grad_total, grad_s_log_s, dq, dk, dv, pad, seed,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(grad_out),
+            *_strides(dq), *_strides(dk), *_strides(dv),
+            pad.stride(0) if ctx.has_pad and pad.shape[0] > 1 else 0, pad.stride(-1),
+            h, t, s, dh, offset, slope, p,
+            ACT=act, CAUSAL=causal, HAS_PAD=ctx.has_pad, DROPOUT=p > 0, STATS=stats_grad,
+            BLOCK=block, BLOCK_D=block_d,
+            PRECISION="ieee" if q.dtype == torch.float32 else None, num_warps=warps,
+        )
+        return dq, dk, dv, None, None, None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _keep(qi, kj, S, offset, pad_ptr, stride_ps, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr):
+        """The 0/1 keep mask (bool) of queries ``qi`` x keys ``kj`` (broadcastable index tensors): key in range,
+        causal (key <= query + offset), key not padding."""
+        keep = kj < S
+        if CAUSAL:
+            keep = keep & (kj <= qi + offset)
+        if HAS_PAD:
+            keep = keep & (tl.load(pad_ptr + kj * stride_ps, mask=kj < S, other=0) != 0)
+        return keep
+
+    @triton.jit
+    def _act(x, ACT: tl.constexpr, slope):
+        """relu / gelu (exact, erf) / leaky_relu(slope) (ReLA Eq. 3 and Table 1 rows 9-10)."""
+        if ACT == 0:
+            y = tl.maximum(x, 0.0)
+        elif ACT == 1:
+            y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        else:
+            y = tl.where(x > 0, x, x * slope)
+        return y
+
+    @triton.jit
+    def _act_grad(x, ACT: tl.constexpr, slope):
+        """d act / dx, as autograd's kernels: 0 at x = 0 for relu, ``slope`` at x <= 0 for leaky_relu."""
+        if ACT == 0:
+            g = tl.where(x > 0, 1.0, 0.0)
+        elif ACT == 1:
+            g = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476)) + x * tl.exp(-0.5 * x * x) * 0.3989422804014327
+        else:
+            g = tl.where(x > 0, 1.0, slope)
+        return g
+
+    @triton.jit
+    def _dropout_scale(seed, qi, kj, bh, p):
+        """F.dropout's multiplier (0 or 1 / (1 - p)) of every (query, key) pair of head ``bh``: Philox with counters
+        (key, query, batch-head, 0), so forward and backward draw the same numbers in any tile layout."""
+        zero = (qi * 0 + kj * 0).to(tl.uint32)
+        r, _, _, _ = tl.random.philox(seed, (kj + zero).to(tl.uint32), (qi + zero).to(tl.uint32),
+                                      zero + bh.to(tl.uint32), zero)
+        u = tl.random.uint_to_uniform_float(r)
+        return tl.where(u >= p, 1.0 / (1.0 - p), 0.0)
+
+    @triton.jit
+    def _fwd_kernel(Q, K, V, Out, RowSum, SLogS, Pad, Seed,
+                    sqb, sqh, sqt, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sot, sod, spb, sps,
+                    H, T, S, D, offset, slope, p,
+                    ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr,
+                    STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                    PRECISION: tl.constexpr):
+        """One query block of one head: o = sum over key blocks of dropout(act(q k^T) * keep) v; with STATS the
+        row sums of a and of a log a (Shen et al. 2023, Eq. 7)."""
+        start_m = tl.program_id(0) * BLOCK_M
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :] * sqd,
+                    mask=(offs_m[:, None] < T) & (offs_d[None, :] < D), other=0.0)
+        K += b * skb + h * skh
+        V += b * svb + h * svh
+        pad_ptr = Pad + b * spb
+        seed = tl.load(Seed)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        s_log_s = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        hi = S
+        if CAUSAL:  # keys after the block's last query (+ offset) are hidden: skip those blocks
+            hi = tl.minimum(S, start_m + BLOCK_M + offset)
+        for start_n in range(0, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            kv_mask = (offs_n[:, None] < S) & (offs_d[None, :] < D)
+            k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+            v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+            x = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, pad_ptr, sps, CAUSAL, HAS_PAD)
+            a = tl.where(keep, _act(x, ACT, slope), 0.0)
+            if STATS:
+                row_sum += tl.sum(a, 1)
+                s_log_s += tl.sum(a * tl.log(tl.maximum(a, 1e-30)), 1)
+            if DROPOUT:
+                a = a * _dropout_scale(seed, offs_m[:, None], offs_n[None, :], bh, p)
+            acc = tl.dot(a.to(v.dtype), v, acc, input_precision=PRECISION)
+        tl.store(Out + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :] * sod,
+                 acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < T) & (offs_d[None, :] < D))
+        if STATS:
+            tl.store(RowSum + bh * T + offs_m, row_sum, mask=offs_m < T)
+            tl.store(SLogS + bh * T + offs_m, s_log_s, mask=offs_m < T)
+
+    @triton.jit
+    def _grad_scores(x, keep, dov, qi, kj, bh, seed, p, g_total, g_slogs, ACT: tl.constexpr, slope,
+                     DROPOUT: tl.constexpr, STATS: tl.constexpr):
+        """(the weights as the output used them, d loss / d scores) of one tile: x its scores, dov = dO v^T, and
+        the rows' gradients of sum_j a_ij and sum_j a_ij log a_ij (d/da: 1 and log a + 1; relu zeroes a = 0)."""
+        a = tl.where(keep, _act(x, ACT, slope), 0.0)
+        used = a
+        grad_a = dov
+        if DROPOUT:
+            scale = _dropout_scale(seed, qi, kj, bh, p)
+            used = a * scale
+            grad_a = dov * scale
+        if STATS:
+            grad_a += g_total + g_slogs * (tl.log(tl.maximum(a, 1e-30)) + 1.0)
+        return used, tl.where(keep, grad_a * _act_grad(x, ACT, slope), 0.0)
+
+    @triton.jit
+    def _bwd_kernel(Q, K, V, DO, GTotal, GSLogS, DQ, DK, DV, Pad, Seed,
+                    sqb, sqh, sqt, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sdob, sdoh, sdot, sdod,
+                    sdqb, sdqh, sdqt, sdqd, sdkb, sdkh, sdks, sdkd, sdvb, sdvh, sdvs, sdvd, spb, sps,
+                    H, T, S, D, offset, slope, p,
+                    ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr,
+                    STATS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+        """Program i of head bh: dk, dv of key block i (`_bwd_keys`), then dq of query block i (`_bwd_queries`).
+        Scores and weights are recomputed, never stored."""
+        start = tl.program_id(0) * BLOCK
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        Q += b * sqb + h * sqh
+        K += b * skb + h * skh
+        V += b * svb + h * svh
+        DO += b * sdob + h * sdoh
+        GTotal += bh * T
+        GSLogS += bh * T
+        Pad += b * spb
+        seed = tl.load(Seed)
+        if start < S:
+            _bwd_keys(Q, K, V, DO, GTotal, GSLogS, DK + b * sdkb + h * sdkh, DV + b * sdvb + h * sdvh, Pad, seed, bh,
+                      sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdks, sdkd, sdvs, sdvd, sps,
+                      start, T, S, D, offset, slope, p, ACT, CAUSAL, HAS_PAD, DROPOUT, STATS, BLOCK, BLOCK_D,
+                      PRECISION)
+        if start < T:
+            _bwd_queries(Q, K, V, DO, GTotal, GSLogS, DQ + b * sdqb + h * sdqh, Pad, seed, bh,
+                         sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdqt, sdqd, sps,
+                         start, T, S, D, offset, slope, p, ACT, CAUSAL, HAS_PAD, DROPOUT, STATS, BLOCK, BLOCK_D,
+                         PRECISION)
+
+    @triton.jit
+    def _bwd_keys(Q, K, V, DO, GTotal, GSLogS, DK, DV, Pad, seed, bh,
+                  sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdks, sdkd, sdvs, sdvd, sps,
+                  start, T, S, D, offset, slope, p, ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+                  DROPOUT: tl.constexpr, STATS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
+                  PRECISION: tl.constexpr):
+        """dk, dv of keys start .. start + BLOCK over every query block that sees them (tiles keys x queries):
+        dv_j = sum_i dropout(a)_ij dO_i, dk_j = sum_i dx_ij q_i."""
+        offs_d = tl.arange(0, BLOCK_D)
+        offs_n = start + tl.arange(0, BLOCK)
+        kv_ok = (offs_n[:, None] < S) & (offs_d[None, :] < D)
+        k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
+        v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
+        dk = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+        dv = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+        lo = 0
+        if CAUSAL:  # queries before key - offset do not see it: skip their blocks
+            lo = (tl.maximum(start - offset, 0) // BLOCK) * BLOCK
+        for start_m in range(lo, T, BLOCK):
+            offs_m = start_m + tl.arange(0, BLOCK)
+            row_ok = (offs_m[:, None] < T) & (offs_d[None, :] < D)
+            q = tl.load(Q + offs_m[:, None] * sqt + offs_d[None, :] * sqd, mask=row_ok, other=0.0)
+            do = tl.load(DO + offs_m[:, None] * sdot + offs_d[None, :] * sdod, mask=row_ok, other=0.0)
+            g_total = 0.0
+            g_slogs = 0.0
+            if STATS:
+                g_total = tl.load(GTotal + offs_m, mask=offs_m < T, other=0.0)[None, :]
+                g_slogs = tl.load(GSLogS + offs_m, mask=offs_m < T, other=0.0)[None, :]
+            x_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)
+            keep_t = _keep(offs_m[None, :], offs_n[:, None], S, offset, Pad, sps, CAUSAL, HAS_PAD)
+            dov_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+            used_t, dx_t = _grad_scores(x_t, keep_t, dov_t, offs_m[None, :], offs_n[:, None], bh, seed, p,
+                                        g_total, g_slogs, ACT, slope, DROPOUT, STATS)
+            dv = tl.dot(used_t.to(do.dtype), do, dv, input_precision=PRECISION)
+            dk = tl.dot(dx_t.to(q.dtype), q, dk, input_precision=PRECISION)
+        tl.store(DK + offs_n[:, None] * sdks + offs_d[None, :] * sdkd, dk.to(DK.dtype.element_ty), mask=kv_ok)
+        tl.store(DV + offs_n[:, None] * sdvs + offs_d[None, :] * sdvd, dv.to(DV.dtype.element_ty), mask=kv_ok)
+
+    @triton.jit
+    def _bwd_queries(Q, K, V, DO, GTotal, GSLogS, DQ, Pad, seed, bh,
+                     sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdqt, sdqd, sps,
+                     start, T, S, D, offset, slope, p, ACT: tl.constexpr, CAUSAL: tl.constexpr,
+                     HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr, STATS: tl.constexpr, BLOCK: tl.constexpr,
+                     BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+        """dq of queries start .. start + BLOCK over every key block they see: dq_i = sum_j dx_ij k_j."""
+        offs_d = tl.arange(0, BLOCK_D)
+        offs_m = start + tl.arange(0, BLOCK)
+        row_ok = (offs_m[:, None] < T) & (offs_d[None, :] < D)
+        q = tl.load(Q + offs_m[:, None] * sqt + offs_d[None, :] * sqd, mask=row_ok, other=0.0)
+        do = tl.load(DO + offs_m[:, None] * sdot + offs_d[None, :] * sdod, mask=row_ok, other=0.0)
+        g_total = 0.0
+        g_slogs = 0.0
+        if STATS:
+            g_total = tl.load(GTotal + offs_m, mask=offs_m < T, other=0.0)[:, None]
+            g_slogs = tl.load(GSLogS + offs_m, mask=offs_m < T, other=0.0)[:, None]
+        dq = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+        hi = S
+        if CAUSAL:  # keys after the block's last query (+ offset) are hidden
+            hi = tl.minimum(S, start + BLOCK + offset)
+        for start_n in range(0, hi, BLOCK):
+            offs_n = start_n + tl.arange(0, BLOCK)
+            kv_ok = (offs_n[:, None] < S) & (offs_d[None, :] < D)
+            k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
+            v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
+            x = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, Pad, sps, CAUSAL, HAS_PAD)
+            dov = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+            _, dx = _grad_scores(x, keep, dov, offs_m[:, None], offs_n[None, :], bh, seed, p,
+                                 g_total, g_slogs, ACT, slope, DROPOUT, STATS)
+            dq = tl.dot(dx.to(k.dtype), k, dq, input_precision=PRECISION)
+        tl.store(DQ + offs_m[:, None] * sdqt + offs_d[None, :] * sdqd, dq.to(DQ.dtype.element_ty), mask=row_ok)
