@@ -25,8 +25,10 @@ from torch.autograd.function import once_differentiable
 from .attention_base import VariantAttention
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
 from .citations import CITATIONS
+from .fused import use_triton
 from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off, weighted_values
+from .triton_relu import triton_relu_attention, triton_supports
 
 NORMS = ("rmsnorm", "layernorm", "none")
 GAIN_INITS = ("ones", "uniform")
@@ -144,6 +146,10 @@ class RelaAttention(VariantAttention):
             init.uniform_(self.rela_gate_weight, -bound, bound)
 
     def attend(self, q, k, v, keep, ctx):
+        if use_triton(self, q, ctx.output_attentions) and triton_supports(q, k, keep):  # the fused kernel, any length
+            out, _, _ = triton_relu_attention(q * self.scaling, k, v, keep, activation=self.activation,
+                                              slope=self.leaky_slope, dropout=self.attn_dropout)
+            return out, None
         if use_blocks(q.shape[2], k.shape[2], self.chunk, ctx.output_attentions):  # long inputs
             out, _, _ = blockwise_relu_attention(q * self.scaling, k, v, keep, activation=self.activation,
                                                  slope=self.leaky_slope, dropout=self.attn_dropout, chunk=self.chunk)

@@ -29,14 +29,15 @@ from .fused import interpreting, tl, triton
 
 ACT_CODES = {"relu": 0, "gelu": 1, "leaky_relu": 2}
 MAX_HEAD_DIM = 128
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _TINY = 1e-30  # log a reads log(max(a, tiny)), as `attention_blockwise`
 
 
 def triton_supports(q: torch.Tensor, k: torch.Tensor, keep) -> bool:
     """True when the fused kernel can run this call: triton importable, a CUDA tensor (or Triton's interpreter), a
-    compact keep mask, non-empty lengths, head dim <= 128."""
+    compact keep mask, q in float32 / bfloat16 / float16, non-empty lengths, head dim <= 128."""
     return (triton is not None and (q.is_cuda or interpreting()) and keep.explicit is None
-            and q.shape[-1] <= MAX_HEAD_DIM and q.shape[2] > 0 and k.shape[2] > 0)
+            and q.dtype in DTYPES and q.shape[-1] <= MAX_HEAD_DIM and q.shape[2] > 0 and k.shape[2] > 0)
 
 
 def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropout=0.0, stats=False):
@@ -51,21 +52,26 @@ def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropo
     if stats and activation != "relu":
         raise ValueError(f"the row statistics (ReLUFormer's L_reg) need activation='relu', not {activation!r}")
     if not triton_supports(q, k, keep):
-        raise ValueError(f"triton_relu_attention cannot run head dim {q.shape[-1]} (limit {MAX_HEAD_DIM}) or a "
-                         "dense explicit mask; check triton_supports() first and use the eager path")
+        raise ValueError(f"triton_relu_attention cannot run {q.dtype} head dim {q.shape[-1]} on {q.device} (needs "
+                         f"{DTYPES}, head dim <= {MAX_HEAD_DIM}, CUDA or TRITON_INTERPRET=1, no dense explicit mask); "
+                         "check triton_supports() first and use the eager path")
     device_type = q.device.type
     if torch.is_autocast_enabled(device_type):
         dtype = torch.get_autocast_dtype(device_type)
     else:
         dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     q, k, v = (x if x.dtype == dtype else x.to(dtype) for x in (q, k, v))
-    # one seed per call, drawn on the device from torch's RNG (torch.manual_seed reproduces it; no host sync)
-    seed = (torch.randint(0, 2**62, (1,), device=q.device, dtype=torch.int64) if dropout > 0
-            else torch.zeros(1, device=q.device, dtype=torch.int64))
+    seed = draw_seed(q.device) if dropout > 0 else torch.zeros(1, device=q.device, dtype=torch.int64)
     out, total, s_log_s = _TritonReluAttention.apply(q, k, v, keep.padding, seed,
                                                      (ACT_CODES[activation], float(slope), float(dropout), bool(stats),
                                                       bool(keep.causal), int(keep.offset)))
     return out, (total if stats else None), (s_log_s if stats else None)
+
+
+def draw_seed(device) -> torch.Tensor:
+    """The dropout seed of one call (int64 ``[1]``), drawn on ``device`` from torch's RNG: `torch.manual_seed`
+    reproduces it, and no host sync is needed (the kernels read it from memory)."""
+    return torch.randint(0, 2**62, (1,), device=device, dtype=torch.int64)
 
 
 def _launch_config(q: torch.Tensor):
@@ -76,6 +82,13 @@ def _launch_config(q: torch.Tensor):
     if not q.is_cuda:
         return 32, 32, 32, block_d, 4
     return 128, 64, 64, block_d, 4 if block_d <= 64 else 8
+
+
+def _dot_options(q: torch.Tensor) -> dict:
+    """PRECISION: IEEE float32 dots for float32 inputs (no TF32); WIDEN: bfloat16 dot operands widened to float32
+    (exact) under the interpreter, whose bfloat16 ``tl.dot`` returns garbage (triton 3.9)."""
+    return dict(PRECISION="ieee" if q.dtype == torch.float32 else None,
+                WIDEN=q.dtype == torch.bfloat16 and not q.is_cuda)
 
 
 def _strides(x: torch.Tensor):
@@ -104,7 +117,7 @@ class _TritonReluAttention(torch.autograd.Function):
             h, t, s, dh, offset, slope, p,
             ACT=act, CAUSAL=causal, HAS_PAD=padding is not None, DROPOUT=p > 0, STATS=stats,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-            PRECISION="ieee" if q.dtype == torch.float32 else None, num_warps=warps,
+            **_dot_options(q), num_warps=warps,
         )
         ctx.opts = opts
         ctx.has_pad = padding is not None
@@ -135,7 +148,7 @@ class _TritonReluAttention(torch.autograd.Function):
             h, t, s, dh, offset, slope, p,
             ACT=act, CAUSAL=causal, HAS_PAD=ctx.has_pad, DROPOUT=p > 0, STATS=stats_grad,
             BLOCK=block, BLOCK_D=block_d,
-            PRECISION="ieee" if q.dtype == torch.float32 else None, num_warps=warps,
+            **_dot_options(q), num_warps=warps,
         )
         return dq, dk, dv, None, None, None
 
@@ -186,12 +199,20 @@ if triton is not None:
         return tl.where(u >= p, 1.0 / (1.0 - p), 0.0)
 
     @triton.jit
+    def _dot(a, b, PRECISION: tl.constexpr, WIDEN: tl.constexpr):
+        """a @ b in float32 (`_dot_options`)."""
+        if WIDEN:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        return tl.dot(a, b, input_precision=PRECISION, out_dtype=tl.float32)
+
+    @triton.jit
     def _fwd_kernel(Q, K, V, Out, RowSum, SLogS, Pad, Seed,
                     sqb, sqh, sqt, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sot, sod, spb, sps,
                     H, T, S, D, offset, slope, p,
                     ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr,
                     STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    PRECISION: tl.constexpr):
+                    PRECISION: tl.constexpr, WIDEN: tl.constexpr):
         """One query block of one head: o = sum over key blocks of dropout(act(q k^T) * keep) v; with STATS the
         row sums of a and of a log a (Shen et al. 2023, Eq. 7)."""
         start_m = tl.program_id(0) * BLOCK_M
@@ -217,7 +238,7 @@ if triton is not None:
             kv_mask = (offs_n[:, None] < S) & (offs_d[None, :] < D)
             k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
             v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
-            x = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            x = _dot(q, tl.trans(k), PRECISION, WIDEN)
             keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, pad_ptr, sps, CAUSAL, HAS_PAD)
             a = tl.where(keep, _act(x, ACT, slope), 0.0)
             if STATS:
@@ -225,7 +246,7 @@ if triton is not None:
                 s_log_s += tl.sum(a * tl.log(tl.maximum(a, 1e-30)), 1)
             if DROPOUT:
                 a = a * _dropout_scale(seed, offs_m[:, None], offs_n[None, :], bh, p)
-            acc = tl.dot(a.to(v.dtype), v, acc, input_precision=PRECISION)
+            acc += _dot(a.to(v.dtype), v, PRECISION, WIDEN)
         tl.store(Out + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :] * sod,
                  acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < T) & (offs_d[None, :] < D))
         if STATS:
@@ -254,7 +275,8 @@ if triton is not None:
                     sdqb, sdqh, sdqt, sdqd, sdkb, sdkh, sdks, sdkd, sdvb, sdvh, sdvs, sdvd, spb, sps,
                     H, T, S, D, offset, slope, p,
                     ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr,
-                    STATS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+                    STATS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+                    WIDEN: tl.constexpr):
         """Program i of head bh: dk, dv of key block i (`_bwd_keys`), then dq of query block i (`_bwd_queries`).
         Scores and weights are recomputed, never stored."""
         start = tl.program_id(0) * BLOCK
@@ -273,19 +295,19 @@ if triton is not None:
             _bwd_keys(Q, K, V, DO, GTotal, GSLogS, DK + b * sdkb + h * sdkh, DV + b * sdvb + h * sdvh, Pad, seed, bh,
                       sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdks, sdkd, sdvs, sdvd, sps,
                       start, T, S, D, offset, slope, p, ACT, CAUSAL, HAS_PAD, DROPOUT, STATS, BLOCK, BLOCK_D,
-                      PRECISION)
+                      PRECISION, WIDEN)
         if start < T:
             _bwd_queries(Q, K, V, DO, GTotal, GSLogS, DQ + b * sdqb + h * sdqh, Pad, seed, bh,
                          sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdqt, sdqd, sps,
                          start, T, S, D, offset, slope, p, ACT, CAUSAL, HAS_PAD, DROPOUT, STATS, BLOCK, BLOCK_D,
-                         PRECISION)
+                         PRECISION, WIDEN)
 
     @triton.jit
     def _bwd_keys(Q, K, V, DO, GTotal, GSLogS, DK, DV, Pad, seed, bh,
                   sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdks, sdkd, sdvs, sdvd, sps,
                   start, T, S, D, offset, slope, p, ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
                   DROPOUT: tl.constexpr, STATS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
-                  PRECISION: tl.constexpr):
+                  PRECISION: tl.constexpr, WIDEN: tl.constexpr):
         """dk, dv of keys start .. start + BLOCK over every query block that sees them (tiles keys x queries):
         dv_j = sum_i dropout(a)_ij dO_i, dk_j = sum_i dx_ij q_i."""
         offs_d = tl.arange(0, BLOCK_D)
@@ -308,13 +330,13 @@ if triton is not None:
             if STATS:
                 g_total = tl.load(GTotal + offs_m, mask=offs_m < T, other=0.0)[None, :]
                 g_slogs = tl.load(GSLogS + offs_m, mask=offs_m < T, other=0.0)[None, :]
-            x_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)
+            x_t = _dot(k, tl.trans(q), PRECISION, WIDEN)
             keep_t = _keep(offs_m[None, :], offs_n[:, None], S, offset, Pad, sps, CAUSAL, HAS_PAD)
-            dov_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+            dov_t = _dot(v, tl.trans(do), PRECISION, WIDEN)
             used_t, dx_t = _grad_scores(x_t, keep_t, dov_t, offs_m[None, :], offs_n[:, None], bh, seed, p,
                                         g_total, g_slogs, ACT, slope, DROPOUT, STATS)
-            dv = tl.dot(used_t.to(do.dtype), do, dv, input_precision=PRECISION)
-            dk = tl.dot(dx_t.to(q.dtype), q, dk, input_precision=PRECISION)
+            dv += _dot(used_t.to(do.dtype), do, PRECISION, WIDEN)
+            dk += _dot(dx_t.to(q.dtype), q, PRECISION, WIDEN)
         tl.store(DK + offs_n[:, None] * sdks + offs_d[None, :] * sdkd, dk.to(DK.dtype.element_ty), mask=kv_ok)
         tl.store(DV + offs_n[:, None] * sdvs + offs_d[None, :] * sdvd, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
@@ -323,7 +345,7 @@ if triton is not None:
                      sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdqt, sdqd, sps,
                      start, T, S, D, offset, slope, p, ACT: tl.constexpr, CAUSAL: tl.constexpr,
                      HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr, STATS: tl.constexpr, BLOCK: tl.constexpr,
-                     BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+                     BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, WIDEN: tl.constexpr):
         """dq of queries start .. start + BLOCK over every key block they see: dq_i = sum_j dx_ij k_j."""
         offs_d = tl.arange(0, BLOCK_D)
         offs_m = start + tl.arange(0, BLOCK)
@@ -344,10 +366,10 @@ if triton is not None:
             kv_ok = (offs_n[:, None] < S) & (offs_d[None, :] < D)
             k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
             v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
-            x = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            x = _dot(q, tl.trans(k), PRECISION, WIDEN)
             keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, Pad, sps, CAUSAL, HAS_PAD)
-            dov = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+            dov = _dot(do, tl.trans(v), PRECISION, WIDEN)
             _, dx = _grad_scores(x, keep, dov, offs_m[:, None], offs_n[None, :], bh, seed, p,
                                  g_total, g_slogs, ACT, slope, DROPOUT, STATS)
-            dq = tl.dot(dx.to(k.dtype), k, dq, input_precision=PRECISION)
+            dq += _dot(dx.to(k.dtype), k, PRECISION, WIDEN)
         tl.store(DQ + offs_m[:, None] * sdqt + offs_d[None, :] * sdqd, dq.to(DQ.dtype.element_ty), mask=row_ok)
