@@ -61,7 +61,7 @@ def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropo
     else:
         dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     q, k, v = (x if x.dtype == dtype else x.to(dtype) for x in (q, k, v))
-    seed = draw_seed(q.device) if dropout > 0 else torch.zeros(1, device=q.device, dtype=torch.int64)
+    seed = draw_seed(q.device) if dropout > 0 else None
     out, total, s_log_s = _TritonReluAttention.apply(q, k, v, keep.padding, seed,
                                                      (ACT_CODES[activation], float(slope), float(dropout), bool(stats),
                                                       bool(keep.causal), int(keep.offset)))
@@ -74,14 +74,16 @@ def draw_seed(device) -> torch.Tensor:
     return torch.randint(0, 2**62, (1,), device=device, dtype=torch.int64)
 
 
-def _launch_config(q: torch.Tensor):
-    """(forward BLOCK_M, BLOCK_N, backward BLOCK, BLOCK_D, num_warps): small blocks under the interpreter (many
-    ragged tiles in small tests), flash-style sizes on a GPU."""
-    dh = q.shape[-1]
+def _launch_config(q: torch.Tensor, s: int):
+    """(forward BLOCK_M, BLOCK_N, backward BLOCK, BLOCK_D, num_warps). GPU: flash-style tiles (128 queries x 64
+    keys forward, 64 x 64 backward), shrunk to the next power of two of short lengths (a 40-token sentence runs one
+    64-row tile, not a 128-row one). Interpreter: 32 x 32 tiles (small tests still span several ragged tiles)."""
+    t, dh = q.shape[2], q.shape[-1]
     block_d = max(16, triton.next_power_of_2(dh))
     if not q.is_cuda:
         return 32, 32, 32, block_d, 4
-    return 128, 64, 64, block_d, 4 if block_d <= 64 else 8
+    fit = lambda n, cap: min(cap, max(16, triton.next_power_of_2(n)))  # noqa: E731
+    return fit(t, 128), fit(s, 64), fit(max(t, s), 64), block_d, 4 if block_d <= 64 else 8
 
 
 def _dot_options(q: torch.Tensor) -> dict:
@@ -89,6 +91,13 @@ def _dot_options(q: torch.Tensor) -> dict:
     (exact) under the interpreter, whose bfloat16 ``tl.dot`` returns garbage (triton 3.9)."""
     return dict(PRECISION="ieee" if q.dtype == torch.float32 else None,
                 WIDEN=q.dtype == torch.bfloat16 and not q.is_cuda)
+
+
+def _pad_strides(padding):
+    """(batch stride, key stride) of the padding mask ``[B|1, S]`` (0 for a broadcast batch; zeros without one)."""
+    if padding is None:
+        return 0, 0
+    return (padding.stride(0) if padding.shape[0] > 1 else 0), padding.stride(1)
 
 
 def _strides(x: torch.Tensor):
@@ -104,8 +113,9 @@ class _TritonReluAttention(torch.autograd.Function):
         b, h, t, dh = q.shape
         s = k.shape[2]
         q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-        pad = padding.to(torch.uint8) if padding is not None else seed  # (seed: a dummy pointer)
-        block_m, block_n, _, block_d, warps = _launch_config(q)
+        pad = padding.view(torch.uint8) if padding is not None else q  # (bool as bytes, no copy; q: a dummy pointer)
+        seed = q if seed is None else seed  # (a dummy pointer: read only with dropout)
+        block_m, block_n, _, block_d, warps = _launch_config(q, s)
         # [B,T,H,dh] memory, returned as its [B,H,T,dh] view: merging the heads afterwards is free
         out = torch.empty(b, t, h, dh, dtype=v.dtype, device=q.device).transpose(1, 2)
         total = torch.empty(b, h, t, dtype=torch.float32, device=q.device) if stats else q.new_zeros(0)
@@ -113,8 +123,7 @@ class _TritonReluAttention(torch.autograd.Function):
         grid = (triton.cdiv(t, block_m), b * h)
         _fwd_kernel[grid](
             q, k, v, out, total, s_log_s, pad, seed, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
-            pad.stride(0) if pad.dim() == 2 and pad.shape[0] > 1 else 0, pad.stride(-1),
-            h, t, s, dh, offset, slope, p,
+            *_pad_strides(padding), h, t, s, dh, offset, slope, p,
             ACT=act, CAUSAL=causal, HAS_PAD=padding is not None, DROPOUT=p > 0, STATS=stats,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             **_dot_options(q), num_warps=warps,
@@ -136,16 +145,15 @@ class _TritonReluAttention(torch.autograd.Function):
             grad_total, grad_s_log_s = (torch.zeros(b, h, t, dtype=torch.float32, device=q.device) if g is None
                                         else g.float().contiguous() for g in (grad_total, grad_s_log_s))
         else:
-            grad_total = grad_s_log_s = seed  # dummy pointers
-        _, _, block, block_d, warps = _launch_config(q)
+            grad_total = grad_s_log_s = q  # dummy pointers
+        _, _, block, block_d, warps = _launch_config(q, s)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         grid = (triton.cdiv(max(t, s), block), b * h)
         _bwd_kernel[grid](
             q, k, v, grad_out, grad_total, grad_s_log_s, dq, dk, dv, pad, seed,
             *_strides(q), *_strides(k), *_strides(v), *_strides(grad_out),
             *_strides(dq), *_strides(dk), *_strides(dv),
-            pad.stride(0) if ctx.has_pad and pad.shape[0] > 1 else 0, pad.stride(-1),
-            h, t, s, dh, offset, slope, p,
+            *_pad_strides(pad if ctx.has_pad else None), h, t, s, dh, offset, slope, p,
             ACT=act, CAUSAL=causal, HAS_PAD=ctx.has_pad, DROPOUT=p > 0, STATS=stats_grad,
             BLOCK=block, BLOCK_D=block_d,
             **_dot_options(q), num_warps=warps,
@@ -226,7 +234,9 @@ if triton is not None:
         K += b * skb + h * skh
         V += b * svb + h * svh
         pad_ptr = Pad + b * spb
-        seed = tl.load(Seed)
+        seed = 0
+        if DROPOUT:
+            seed = tl.load(Seed)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
         s_log_s = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -290,7 +300,9 @@ if triton is not None:
         GTotal += bh * T
         GSLogS += bh * T
         Pad += b * spb
-        seed = tl.load(Seed)
+        seed = 0
+        if DROPOUT:
+            seed = tl.load(Seed)
         if start < S:
             _bwd_keys(Q, K, V, DO, GTotal, GSLogS, DK + b * sdkb + h * sdkh, DV + b * sdvb + h * sdvh, Pad, seed, bh,
                       sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdks, sdkd, sdvs, sdvd, sps,
