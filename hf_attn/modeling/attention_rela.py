@@ -147,8 +147,8 @@ class RelaAttention(VariantAttention):
 
     def attend(self, q, k, v, keep, ctx):
         if use_triton(self, q, ctx.output_attentions) and triton_supports(q, k, keep):  # the fused kernel, any length
-            out, _, _ = triton_relu_attention(q * self.scaling, k, v, keep, activation=self.activation,
-                                              slope=self.leaky_slope, dropout=self.attn_dropout)
+            out, _, _ = triton_relu_attention(q, k, v, keep, activation=self.activation, slope=self.leaky_slope,
+                                              dropout=self.attn_dropout, scale=self.scaling)
             return out, None
         if use_blocks(q.shape[2], k.shape[2], self.chunk, ctx.output_attentions):  # long inputs
             out, _, _ = blockwise_relu_attention(q * self.scaling, k, v, keep, activation=self.activation,

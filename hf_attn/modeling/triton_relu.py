@@ -40,10 +40,11 @@ def triton_supports(q: torch.Tensor, k: torch.Tensor, keep) -> bool:
             and q.dtype in DTYPES and q.shape[-1] <= MAX_HEAD_DIM and q.shape[2] > 0 and k.shape[2] > 0)
 
 
-def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropout=0.0, stats=False):
+def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropout=0.0, stats=False, scale=1.0):
     """``sum_j dropout(act(q k_j^T) * keep_j) v_j`` in one fused kernel (module docstring).
 
-    q ``[B,H,T,dh]`` (scaled), k/v ``[B,H,S,dh]``, keep a compact `KeepMask`. Returns (context ``[B,H,T,dh]`` in
+    q ``[B,H,T,dh]`` (scaled, or times ``scale`` in the kernel: one pass over q saved), k/v ``[B,H,S,dh]``, keep a
+    compact `KeepMask`. Returns (context ``[B,H,T,dh]`` in
     v's dtype, float32 ``[B,H,T]`` row sums or None, row sums of a log a or None): the statistics only with
     ``stats``. Under autocast q, k, v are cast to the autocast dtype first (as the eager matmuls would be).
     """
@@ -62,9 +63,9 @@ def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropo
         dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     q, k, v = (x if x.dtype == dtype else x.to(dtype) for x in (q, k, v))
     seed = draw_seed(q.device) if dropout > 0 else None
-    out, total, s_log_s = _TritonReluAttention.apply(q, k, v, keep.padding, seed,
-                                                     (ACT_CODES[activation], float(slope), float(dropout), bool(stats),
-                                                      bool(keep.causal), int(keep.offset)))
+    opts = (ACT_CODES[activation], float(scale), float(slope), float(dropout), bool(stats), bool(keep.causal),
+            int(keep.offset))
+    out, total, s_log_s = _TritonReluAttention.apply(q, k, v, keep.padding, seed, opts)
     return out, (total if stats else None), (s_log_s if stats else None)
 
 
@@ -109,7 +110,7 @@ class _TritonReluAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, padding, seed, opts):
-        act, slope, p, stats, causal, offset = opts
+        act, scale, slope, p, stats, causal, offset = opts
         b, h, t, dh = q.shape
         s = k.shape[2]
         q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
@@ -123,7 +124,7 @@ class _TritonReluAttention(torch.autograd.Function):
         grid = (triton.cdiv(t, block_m), b * h)
         _fwd_kernel[grid](
             q, k, v, out, total, s_log_s, pad, seed, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
-            *_pad_strides(padding), h, t, s, dh, offset, slope, p,
+            *_pad_strides(padding), h, t, s, dh, offset, scale, slope, p,
             ACT=act, CAUSAL=causal, HAS_PAD=padding is not None, DROPOUT=p > 0, STATS=stats,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             **_dot_options(q), num_warps=warps,
@@ -136,7 +137,7 @@ class _TritonReluAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_total, grad_s_log_s):
         q, k, v, pad, seed = ctx.saved_tensors
-        act, slope, p, stats, causal, offset = ctx.opts
+        act, scale, slope, p, stats, causal, offset = ctx.opts
         b, h, t, dh = q.shape
         s = k.shape[2]
         grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
@@ -153,7 +154,7 @@ class _TritonReluAttention(torch.autograd.Function):
             q, k, v, grad_out, grad_total, grad_s_log_s, dq, dk, dv, pad, seed,
             *_strides(q), *_strides(k), *_strides(v), *_strides(grad_out),
             *_strides(dq), *_strides(dk), *_strides(dv),
-            *_pad_strides(pad if ctx.has_pad else None), h, t, s, dh, offset, slope, p,
+            *_pad_strides(pad if ctx.has_pad else None), h, t, s, dh, offset, scale, slope, p,
             ACT=act, CAUSAL=causal, HAS_PAD=ctx.has_pad, DROPOUT=p > 0, STATS=stats_grad,
             BLOCK=block, BLOCK_D=block_d,
             **_dot_options(q), num_warps=warps,
@@ -217,7 +218,7 @@ if triton is not None:
     @triton.jit
     def _fwd_kernel(Q, K, V, Out, RowSum, SLogS, Pad, Seed,
                     sqb, sqh, sqt, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sot, sod, spb, sps,
-                    H, T, S, D, offset, slope, p,
+                    H, T, S, D, offset, scale, slope, p,
                     ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr,
                     STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                     PRECISION: tl.constexpr, WIDEN: tl.constexpr):
@@ -248,7 +249,7 @@ if triton is not None:
             kv_mask = (offs_n[:, None] < S) & (offs_d[None, :] < D)
             k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
             v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
-            x = _dot(q, tl.trans(k), PRECISION, WIDEN)
+            x = _dot(q, tl.trans(k), PRECISION, WIDEN) * scale
             keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, pad_ptr, sps, CAUSAL, HAS_PAD)
             a = tl.where(keep, _act(x, ACT, slope), 0.0)
             if STATS:
@@ -272,9 +273,9 @@ if triton is not None:
         used = a
         grad_a = dov
         if DROPOUT:
-            scale = _dropout_scale(seed, qi, kj, bh, p)
-            used = a * scale
-            grad_a = dov * scale
+            mult = _dropout_scale(seed, qi, kj, bh, p)
+            used = a * mult
+            grad_a = dov * mult
         if STATS:
             grad_a += g_total + g_slogs * (tl.log(tl.maximum(a, 1e-30)) + 1.0)
         return used, tl.where(keep, grad_a * _act_grad(x, ACT, slope), 0.0)
@@ -283,7 +284,7 @@ if triton is not None:
     def _bwd_kernel(Q, K, V, DO, GTotal, GSLogS, DQ, DK, DV, Pad, Seed,
                     sqb, sqh, sqt, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sdob, sdoh, sdot, sdod,
                     sdqb, sdqh, sdqt, sdqd, sdkb, sdkh, sdks, sdkd, sdvb, sdvh, sdvs, sdvd, spb, sps,
-                    H, T, S, D, offset, slope, p,
+                    H, T, S, D, offset, scale, slope, p,
                     ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr,
                     STATS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
                     WIDEN: tl.constexpr):
@@ -306,20 +307,20 @@ if triton is not None:
         if start < S:
             _bwd_keys(Q, K, V, DO, GTotal, GSLogS, DK + b * sdkb + h * sdkh, DV + b * sdvb + h * sdvh, Pad, seed, bh,
                       sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdks, sdkd, sdvs, sdvd, sps,
-                      start, T, S, D, offset, slope, p, ACT, CAUSAL, HAS_PAD, DROPOUT, STATS, BLOCK, BLOCK_D,
-                      PRECISION, WIDEN)
+                      start, T, S, D, offset, scale, slope, p, ACT, CAUSAL, HAS_PAD, DROPOUT, STATS, BLOCK,
+                      BLOCK_D, PRECISION, WIDEN)
         if start < T:
             _bwd_queries(Q, K, V, DO, GTotal, GSLogS, DQ + b * sdqb + h * sdqh, Pad, seed, bh,
                          sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdqt, sdqd, sps,
-                         start, T, S, D, offset, slope, p, ACT, CAUSAL, HAS_PAD, DROPOUT, STATS, BLOCK, BLOCK_D,
-                         PRECISION, WIDEN)
+                         start, T, S, D, offset, scale, slope, p, ACT, CAUSAL, HAS_PAD, DROPOUT, STATS, BLOCK,
+                         BLOCK_D, PRECISION, WIDEN)
 
     @triton.jit
     def _bwd_keys(Q, K, V, DO, GTotal, GSLogS, DK, DV, Pad, seed, bh,
                   sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdks, sdkd, sdvs, sdvd, sps,
-                  start, T, S, D, offset, slope, p, ACT: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-                  DROPOUT: tl.constexpr, STATS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
-                  PRECISION: tl.constexpr, WIDEN: tl.constexpr):
+                  start, T, S, D, offset, scale, slope, p, ACT: tl.constexpr, CAUSAL: tl.constexpr,
+                  HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr, STATS: tl.constexpr, BLOCK: tl.constexpr,
+                  BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, WIDEN: tl.constexpr):
         """dk, dv of keys start .. start + BLOCK over every query block that sees them (tiles keys x queries):
         dv_j = sum_i dropout(a)_ij dO_i, dk_j = sum_i dx_ij q_i."""
         offs_d = tl.arange(0, BLOCK_D)
@@ -342,20 +343,21 @@ if triton is not None:
             if STATS:
                 g_total = tl.load(GTotal + offs_m, mask=offs_m < T, other=0.0)[None, :]
                 g_slogs = tl.load(GSLogS + offs_m, mask=offs_m < T, other=0.0)[None, :]
-            x_t = _dot(k, tl.trans(q), PRECISION, WIDEN)
+            x_t = _dot(k, tl.trans(q), PRECISION, WIDEN) * scale
             keep_t = _keep(offs_m[None, :], offs_n[:, None], S, offset, Pad, sps, CAUSAL, HAS_PAD)
             dov_t = _dot(v, tl.trans(do), PRECISION, WIDEN)
             used_t, dx_t = _grad_scores(x_t, keep_t, dov_t, offs_m[None, :], offs_n[:, None], bh, seed, p,
                                         g_total, g_slogs, ACT, slope, DROPOUT, STATS)
             dv += _dot(used_t.to(do.dtype), do, PRECISION, WIDEN)
             dk += _dot(dx_t.to(q.dtype), q, PRECISION, WIDEN)
-        tl.store(DK + offs_n[:, None] * sdks + offs_d[None, :] * sdkd, dk.to(DK.dtype.element_ty), mask=kv_ok)
+        tl.store(DK + offs_n[:, None] * sdks + offs_d[None, :] * sdkd, (dk * scale).to(DK.dtype.element_ty),
+                 mask=kv_ok)
         tl.store(DV + offs_n[:, None] * sdvs + offs_d[None, :] * sdvd, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
     @triton.jit
     def _bwd_queries(Q, K, V, DO, GTotal, GSLogS, DQ, Pad, seed, bh,
                      sqt, sqd, sks, skd, svs, svd, sdot, sdod, sdqt, sdqd, sps,
-                     start, T, S, D, offset, slope, p, ACT: tl.constexpr, CAUSAL: tl.constexpr,
+                     start, T, S, D, offset, scale, slope, p, ACT: tl.constexpr, CAUSAL: tl.constexpr,
                      HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr, STATS: tl.constexpr, BLOCK: tl.constexpr,
                      BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, WIDEN: tl.constexpr):
         """dq of queries start .. start + BLOCK over every key block they see: dq_i = sum_j dx_ij k_j."""
@@ -378,10 +380,11 @@ if triton is not None:
             kv_ok = (offs_n[:, None] < S) & (offs_d[None, :] < D)
             k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
             v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
-            x = _dot(q, tl.trans(k), PRECISION, WIDEN)
+            x = _dot(q, tl.trans(k), PRECISION, WIDEN) * scale
             keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, Pad, sps, CAUSAL, HAS_PAD)
             dov = _dot(do, tl.trans(v), PRECISION, WIDEN)
             _, dx = _grad_scores(x, keep, dov, offs_m[:, None], offs_n[None, :], bh, seed, p,
                                  g_total, g_slogs, ACT, slope, DROPOUT, STATS)
             dq += _dot(dx.to(k.dtype), k, PRECISION, WIDEN)
-        tl.store(DQ + offs_m[:, None] * sdqt + offs_d[None, :] * sdqd, dq.to(DQ.dtype.element_ty), mask=row_ok)
+        tl.store(DQ + offs_m[:, None] * sdqt + offs_d[None, :] * sdqd, (dq * scale).to(DQ.dtype.element_ty),
+                 mask=row_ok)

@@ -36,10 +36,10 @@ def leaves(b, h, t, s, d, dtype=torch.float32, seed=0):
     return [(torch.randn(b, h, n, d, generator=g) * 0.7).to(dtype).requires_grad_() for n in (t, s, s)]
 
 
-def reference(q, k, v, keep, activation, drop=None):
-    """The eager computation in float64: a = act(q k^T) * keep, out = (a * drop) v, and the two row sums."""
+def reference(q, k, v, keep, activation, drop=None, scale=1.0):
+    """The eager computation in float64: a = act(scale q k^T) * keep, out = (a * drop) v, and the two row sums."""
     q, k, v = (x.double() for x in (q, k, v))
-    a = activate(q @ k.transpose(-1, -2), activation, SLOPE) * keep.dense()
+    a = activate((q * scale) @ k.transpose(-1, -2), activation, SLOPE) * keep.dense()
     out = (a if drop is None else a * drop.double()) @ v
     return out, a.sum(-1), (a * a.clamp(min=1e-30).log()).sum(-1)
 
@@ -72,16 +72,16 @@ CASES = {  # name: (activation, stats, t, s, mask builder)
 @pytest.mark.parametrize("case", CASES)
 def test_triton_kernel_matches_eager_values_and_gradients(case):
     """float32: outputs, row statistics and dq, dk, dv (through both) within 1e-4 of the float64 eager path,
-    relative to the largest entry."""
+    relative to the largest entry; the kernel scales the scores itself (``scale``, as ReLA's 1 / sqrt(dh))."""
     activation, stats, t, s, mask = CASES[case]
     keep = mask(t, s)
     q, k, v = leaves(2, 2, t, s, 24)  # head dim 24: padded to 32 in registers
 
     def kernel(q, k, v):
-        return tr.triton_relu_attention(q, k, v, keep, activation=activation, slope=SLOPE, stats=stats)
+        return tr.triton_relu_attention(q, k, v, keep, activation=activation, slope=SLOPE, stats=stats, scale=0.6)
 
     got = values_and_grads(kernel, q, k, v, stats)
-    want = values_and_grads(lambda q, k, v: reference(q, k, v, keep, activation), q, k, v, stats)
+    want = values_and_grads(lambda q, k, v: reference(q, k, v, keep, activation, scale=0.6), q, k, v, stats)
     names = NAMES if stats else NAMES[:1] + NAMES[3:]
     assert_close_all(got, want, names, **FP32_TOL)
 
