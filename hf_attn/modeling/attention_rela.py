@@ -11,6 +11,7 @@ gate on/off, gain init (ones / uniform).
 
 Long inputs: when queries or keys outnumber ``rela_chunk``, alpha V is summed block by block over keys
 (`attention_blockwise`): memory grows linearly with the length, values and gradients are those of Eq. 3.
+On a GPU (`fused.use_triton`), Eq. 3 runs at any length in one fused Triton kernel (`triton_relu`) instead.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ the attention runs block-wise over queries and keys (`attention_blockwise`): h a
 (sum_j s_ij and sum_j s_ij log s_ij) are sums over keys, accumulated block by block, and the backward pass
 recomputes each block, so memory grows linearly with the length. Same values and gradients as the full computation.
 Shorter inputs run the same kernel as one block whenever the statistics are needed (its backward is written out).
+On a GPU (`fused.use_triton`), h and both row sums come at any length from one fused Triton kernel (`triton_relu`).
 
 Table 5 ablations are config switches: ``reluformer_scale=False`` (no variance reduction factor; the paper
 reports divergence) and ``reluformer_reg_weight=0`` (no regulariser).

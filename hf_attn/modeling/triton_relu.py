@@ -1,24 +1,28 @@
 """Fused Triton kernels (forward and backward) for the ReLU attention family: ReLA (Zhang et al. 2021, Eq. 3) and
-ReLUFormer (Shen et al. 2023, Eq. 5-7).
+ReLUFormer (Shen et al. 2023, Eq. 5-7). Used on CUDA tensors whenever `fused.use_triton` says so.
 
-What: the contract of `attention_blockwise.blockwise_relu_attention`, with q already scaled (ReLUFormer's per-query
-factor 1 / (gamma sqrt(n_i / 2)) included):
+What: the contract of `attention_blockwise.blockwise_relu_attention` (q scaled by the caller, ReLUFormer's per-query
+factor 1 / (gamma sqrt(n_i / 2)) included, or by the kernel's ``scale``):
 
     a_ij = act(q_i k_j^T) * keep_ij,    o_i = sum_j dropout(a)_ij v_j                 (ReLA Eq. 3; ReLUFormer Eq. 5-6)
     with ``stats``: sum_j a_ij and sum_j a_ij log a_ij per row (float32), the two sums L_reg (Eq. 7) is built from.
 
-How: the ReLU family has no softmax, hence no running max, no exp and no normaliser: o_i is a plain sum over key
-blocks. One forward launch walks, per (query block, head), the key blocks (``tl.dot`` in the inputs' dtype,
-float32 accumulation) and adds each block's share; the row statistics are summed in the same pass. One backward
-launch: each program recomputes the scores of one key block against every query block (dk, dv) and of one query
-block against every key block (dq), so nothing of size ``[B, H, T, S]`` is ever stored. The keep mask is read in its
-compact form (`KeepMask`: key padding ``[B, S]`` + causal with an offset = the cache length); causal blocks above
-the diagonal are skipped. Attention dropout: a counter-based RNG (Philox, keyed by one seed per call drawn on the
-device from torch's RNG, counters = key, query, batch-head), regenerated exactly by the backward pass; no host sync.
+How: the ReLU family has no softmax, hence no running max, no exp and no rescaling: o_i is a plain sum over key
+tiles. One forward launch: each program takes one query tile of one head and walks the key tiles (``tl.dot`` in the
+inputs' dtype, float32 accumulation), adding each tile's share; the row statistics are summed in the same pass. One
+backward launch: program i recomputes the scores of key tile i against every query tile (dk, dv), then of query
+tile i against every key tile (dq); nothing of size ``[B, H, T, S]`` is ever stored, and only q, k, v (and the
+padding mask) are kept for backward. The keep mask is read in its compact form (`KeepMask`: key padding ``[B, S]``
++ causal with an offset = the cache length); causal tiles above the diagonal are skipped. Attention dropout: a
+counter-based RNG (Philox keyed by one seed per call, drawn on the device from torch's RNG, so `torch.manual_seed`
+reproduces a step; counters = key, query, batch x head), regenerated exactly by the backward pass; no host sync.
+Tiles: 128 queries x 64 keys forward, 64 x 64 backward, shrunk to short lengths (`_launch_config`).
 
-Limits (`triton_supports` says when the kernel applies; callers keep the eager path otherwise): no dense
-``explicit`` mask, head dim <= 128 (others padded to a power of two >= 16 in registers), q, k, v on one device;
-the row statistics need activation relu. fp32 inputs use IEEE fp32 dots (no TF32).
+Limits (`triton_supports` says when the kernel applies; callers keep the eager path otherwise): a dense
+``explicit`` mask, float64 and head dims over 128 are not supported (other head dims are padded to a power of two
+>= 16 in registers); the row statistics need activation relu. float32 inputs use IEEE float32 dots (no TF32).
+Under Triton's interpreter (CPU tensors, the tests) bfloat16 dot operands are widened to float32, exactly, because
+the interpreter's bfloat16 ``tl.dot`` is wrong (triton 3.9).
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ def triton_supports(q: torch.Tensor, k: torch.Tensor, keep) -> bool:
     """True when the fused kernel can run this call: triton importable, a CUDA tensor (or Triton's interpreter), a
     compact keep mask, q in float32 / bfloat16 / float16, non-empty lengths, head dim <= 128."""
     return (triton is not None and (q.is_cuda or interpreting()) and keep.explicit is None
-            and q.dtype in DTYPES and q.shape[-1] <= MAX_HEAD_DIM and q.shape[2] > 0 and k.shape[2] > 0)
+            and q.dtype in DTYPES and q.shape[-1] <= MAX_HEAD_DIM and q.shape[2] > 0 and k.shape[2] > 0
+            and (keep.padding is None or keep.padding.shape[-1] == k.shape[2]))
 
 
 def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropout=0.0, stats=False, scale=1.0):
