@@ -231,8 +231,8 @@ if triton is not None:
         row sums of a and of a log a (Shen et al. 2023, Eq. 7)."""
         start_m = tl.program_id(0) * BLOCK_M
         bh = tl.program_id(1)
-        b = bh // H
-        h = bh % H
+        b = (bh // H).to(tl.int64)  # (64-bit base offsets: tensors over 2^31 elements)
+        h = (bh % H).to(tl.int64)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
         q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :] * sqd,
@@ -297,8 +297,8 @@ if triton is not None:
         Scores and weights are recomputed, never stored."""
         start = tl.program_id(0) * BLOCK
         bh = tl.program_id(1)
-        b = bh // H
-        h = bh % H
+        b = (bh // H).to(tl.int64)  # (64-bit base offsets: tensors over 2^31 elements)
+        h = (bh % H).to(tl.int64)
         Q += b * sqb + h * sqh
         K += b * skb + h * skh
         V += b * svb + h * svh
