@@ -34,7 +34,6 @@ from .fused import interpreting, tl, triton
 ACT_CODES = {"relu": 0, "gelu": 1, "leaky_relu": 2}
 MAX_HEAD_DIM = 128
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_TINY = 1e-30  # log a reads log(max(a, tiny)), as `attention_blockwise`
 
 
 def triton_supports(q: torch.Tensor, k: torch.Tensor, keep) -> bool:
@@ -49,9 +48,9 @@ def triton_relu_attention(q, k, v, keep, *, activation="relu", slope=0.01, dropo
     """``sum_j dropout(act(q k_j^T) * keep_j) v_j`` in one fused kernel (module docstring).
 
     q ``[B,H,T,dh]`` (scaled, or times ``scale`` in the kernel: one pass over q saved), k/v ``[B,H,S,dh]``, keep a
-    compact `KeepMask`. Returns (context ``[B,H,T,dh]`` in
-    v's dtype, float32 ``[B,H,T]`` row sums or None, row sums of a log a or None): the statistics only with
-    ``stats``. Under autocast q, k, v are cast to the autocast dtype first (as the eager matmuls would be).
+    compact `KeepMask`. Returns (context ``[B,H,T,dh]`` in v's dtype, float32 ``[B,H,T]`` row sums or None, row
+    sums of a log a or None): the statistics only with ``stats``. Under autocast q, k, v are cast to the autocast
+    dtype first (as the eager matmuls would be). log a reads log(max(a, 1e-30)), as `attention_blockwise`.
     """
     if activation not in ACT_CODES:
         raise ValueError(f"activation {activation!r} is not one of {tuple(ACT_CODES)}")
