@@ -59,13 +59,14 @@ def assert_close_all(got, want, names, **tol):
 
 
 NAMES = ("out", "row_sum", "s_log_s", "dq", "dk", "dv")
-CASES = {  # name: (activation, stats, t, s, mask builder)
-    "relu-padding-cross-stats": ("relu", True, 37, 45, lambda t, s: KeepMask(t, s, padding(s))),
-    "relu-causal-padding-stats": ("relu", True, 40, 40, lambda t, s: KeepMask(t, s, padding(s), causal=True)),
-    "gelu-cached-causal-padding": ("gelu", False, 6, 41, lambda t, s: KeepMask(t, s, padding(s), causal=True,
-                                                                             offset=s - t)),
-    "leaky-causal": ("leaky_relu", False, 40, 40, lambda t, s: KeepMask(t, s, causal=True)),
-    "relu-one-query-all-visible": ("relu", False, 1, 9, lambda t, s: KeepMask(t, s)),
+CASES = {  # name: (activation, stats, t, s, head dim, mask builder); head dims not a power of two are padded
+    "relu-padding-cross-stats": ("relu", True, 37, 45, 24, lambda t, s: KeepMask(t, s, padding(s))),
+    "relu-causal-padding-stats": ("relu", True, 40, 40, 24, lambda t, s: KeepMask(t, s, padding(s), causal=True)),
+    "gelu-cached-causal-padding": ("gelu", False, 6, 41, 64, lambda t, s: KeepMask(t, s, padding(s), causal=True,
+                                                                                 offset=s - t)),
+    "leaky-causal": ("leaky_relu", False, 40, 40, 24, lambda t, s: KeepMask(t, s, causal=True)),
+    "relu-one-query-all-visible": ("relu", False, 1, 9, 8, lambda t, s: KeepMask(t, s)),
+    "relu-broadcast-padding": ("relu", False, 5, 9, 128, lambda t, s: KeepMask(t, s, padding(s)[1:])),
 }
 
 
@@ -73,9 +74,9 @@ CASES = {  # name: (activation, stats, t, s, mask builder)
 def test_triton_kernel_matches_eager_values_and_gradients(case):
     """float32: outputs, row statistics and dq, dk, dv (through both) within 1e-4 of the float64 eager path,
     relative to the largest entry; the kernel scales the scores itself (``scale``, as ReLA's 1 / sqrt(dh))."""
-    activation, stats, t, s, mask = CASES[case]
+    activation, stats, t, s, d, mask = CASES[case]
     keep = mask(t, s)
-    q, k, v = leaves(2, 2, t, s, 24)  # head dim 24: padded to 32 in registers
+    q, k, v = leaves(2, 2, t, s, d)
 
     def kernel(q, k, v):
         return tr.triton_relu_attention(q, k, v, keep, activation=activation, slope=SLOPE, stats=stats, scale=0.6)
