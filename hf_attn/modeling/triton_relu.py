@@ -16,7 +16,7 @@ padding mask) are kept for backward. The keep mask is read in its compact form (
 + causal with an offset = the cache length); causal tiles above the diagonal are skipped. Attention dropout: a
 counter-based RNG (Philox keyed by one seed per call, drawn on the device from torch's RNG, so `torch.manual_seed`
 reproduces a step; counters = key, query, batch x head), regenerated exactly by the backward pass; no host sync.
-Tiles: 128 queries x 64 keys forward, 64 x 64 backward, shrunk to short lengths (`_launch_config`).
+Tiles: 128 queries x 64 keys forward, 64 x 64 backward, shrunk for short inputs (`_launch_config`).
 
 Limits (`triton_supports` says when the kernel applies; callers keep the eager path otherwise): a dense
 ``explicit`` mask, float64 and head dims over 128 are not supported (other head dims are padded to a power of two
@@ -80,15 +80,18 @@ def draw_seed(device) -> torch.Tensor:
 
 
 def _launch_config(q: torch.Tensor, s: int):
-    """(forward BLOCK_M, BLOCK_N, backward BLOCK, BLOCK_D, num_warps). GPU: flash-style tiles (128 queries x 64
-    keys forward, 64 x 64 backward), shrunk to the next power of two of short lengths (a 40-token sentence runs one
-    64-row tile, not a 128-row one). Interpreter: 32 x 32 tiles (small tests still span several ragged tiles)."""
+    """(forward BLOCK_M, BLOCK_N, its num_warps, backward BLOCK, its num_warps, BLOCK_D). GPU: flash-style tiles,
+    128 queries x 64 keys forward, 64 x 64 backward (32 x 32 for head dims over 64), shrunk to the next power of two
+    of short lengths (a 40-token sentence runs one 64-row tile, not a 128-row one); warps so that sm_90 code keeps
+    its tiles in registers (ptxas: no spills without dropout). Interpreter: 32 x 32 tiles (small tests still span
+    several ragged tiles)."""
     t, dh = q.shape[2], q.shape[-1]
     block_d = max(16, triton.next_power_of_2(dh))
     if not q.is_cuda:
-        return 32, 32, 32, block_d, 4
+        return 32, 32, 4, 32, 4, block_d
     fit = lambda n, cap: min(cap, max(16, triton.next_power_of_2(n)))  # noqa: E731
-    return fit(t, 128), fit(s, 64), fit(max(t, s), 64), block_d, 4 if block_d <= 64 else 8
+    block_m, block_n, block = fit(t, 128), fit(s, 64), fit(max(t, s), 64 if block_d <= 64 else 32)
+    return block_m, block_n, 8 if block_m >= 128 else 4, block, 8 if block * block_d >= 64 * 64 else 4, block_d
 
 
 def _dot_options(q: torch.Tensor) -> dict:
@@ -120,7 +123,7 @@ class _TritonReluAttention(torch.autograd.Function):
         q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
         pad = padding.view(torch.uint8) if padding is not None else q  # (bool as bytes, no copy; q: a dummy pointer)
         seed = q if seed is None else seed  # (a dummy pointer: read only with dropout)
-        block_m, block_n, _, block_d, warps = _launch_config(q, s)
+        block_m, block_n, warps, _, _, block_d = _launch_config(q, s)
         # [B,T,H,dh] memory, returned as its [B,H,T,dh] view: merging the heads afterwards is free
         out = torch.empty(b, t, h, dh, dtype=v.dtype, device=q.device).transpose(1, 2)
         total = torch.empty(b, h, t, dtype=torch.float32, device=q.device) if stats else q.new_zeros(0)
@@ -151,7 +154,7 @@ class _TritonReluAttention(torch.autograd.Function):
                                         else g.float().contiguous() for g in (grad_total, grad_s_log_s))
         else:
             grad_total = grad_s_log_s = q  # dummy pointers
-        _, _, block, block_d, warps = _launch_config(q, s)
+        _, _, _, block, warps, block_d = _launch_config(q, s)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         grid = (triton.cdiv(max(t, s), block), b * h)
         _bwd_kernel[grid](
