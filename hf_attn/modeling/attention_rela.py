@@ -11,6 +11,7 @@ gate on/off, gain init (ones / uniform).
 
 Long inputs: when queries or keys outnumber ``rela_chunk``, alpha V is summed block by block over keys
 (`attention_blockwise`): memory grows linearly with the length, values and gradients are those of Eq. 3.
+On a GPU (`fused.use_triton`), Eq. 3 runs at any length in one fused Triton kernel (`triton_relu`) instead.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from torch.autograd.function import once_differentiable
 from .attention_base import VariantAttention
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
 from .citations import CITATIONS
+from .fused import use_triton
 from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off, weighted_values
+from .triton_relu import triton_relu_attention, triton_supports
 
 NORMS = ("rmsnorm", "layernorm", "none")
 GAIN_INITS = ("ones", "uniform")
@@ -149,6 +152,10 @@ class RelaAttention(VariantAttention):
             init.uniform_(self.rela_gate_weight, -bound, bound)
 
     def attend(self, q, k, v, keep, ctx):
+        if use_triton(self, q, ctx.output_attentions) and triton_supports(q, k, keep):  # the fused kernel, any length
+            out, _, _ = triton_relu_attention(q, k, v, keep, activation=self.activation, slope=self.leaky_slope,
+                                              dropout=self.attn_dropout, scale=self.scaling)
+            return out, None
         if use_blocks(q.shape[2], k.shape[2], self.chunk, ctx.output_attentions):  # long inputs
             out, _, _ = blockwise_relu_attention(q * self.scaling, k, v, keep, activation=self.activation,
                                                  slope=self.leaky_slope, dropout=self.attn_dropout, chunk=self.chunk)

@@ -23,6 +23,7 @@ the attention runs block-wise over queries and keys (`attention_blockwise`): h a
 (sum_j s_ij and sum_j s_ij log s_ij) are sums over keys, accumulated block by block, and the backward pass
 recomputes each block, so memory grows linearly with the length. Same values and gradients as the full computation.
 Shorter inputs run the same kernel as one block whenever the statistics are needed (its backward is written out).
+On a GPU (`fused.use_triton`), h and both row sums come at any length from one fused Triton kernel (`triton_relu`).
 
 Table 5 ablations are config switches: ``reluformer_scale=False`` (no variance reduction factor; the paper
 reports divergence) and ``reluformer_reg_weight=0`` (no regulariser).
@@ -44,8 +45,10 @@ from .attention_base import VariantAttention
 from .attention_blockwise import blockwise_relu_attention, use_blocks
 from .cache import CACHE_KWARG
 from .citations import CITATIONS
+from .fused import use_triton
 from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off
+from .triton_relu import triton_relu_attention, triton_supports
 
 RELUFORMER_PAPER = CITATIONS["reluformer"]
 VARIANT = "reluformer"
@@ -57,7 +60,7 @@ def visible_keys(keep) -> torch.Tensor:
 
 
 def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropout=0.0, eps=1e-6,
-                         entropy_bound=0.7, need_weights=False, chunk=0, stats=True, stats_grad=True):
+                         entropy_bound=0.7, need_weights=False, chunk=0, stats=True, stats_grad=True, fused=False):
     """ReLUFormer attention.
 
     q ``[B,H,T,dh]`` (unscaled), k/v ``[B,H,S,dh]``, keep a `KeepMask`; block-wise over ``chunk`` queries and keys
@@ -65,7 +68,8 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     statistics): ``{"norm": |log sum s|, "margin": max(H(p) - C, 0), "entropy": H(p), "row_sum": sum s,
     "rows": n > 0}``, float32 ``[B,H,T]`` (bool for rows); a row without any visible key has rows False and zero
     statistics. ``stats=False``: no statistics (None), for passes that cannot use L_reg (incremental decoding);
-    ``stats_grad=False``: statistics without a graph (for the logs alone: L_reg not in the loss).
+    ``stats_grad=False``: statistics without a graph (for the logs alone: L_reg not in the loss). ``fused``: run the
+    fused Triton kernel (`triton_relu`) where it supports the call (the caller asks `fused.use_triton`).
     """
     n = visible_keys(keep)
     nf = n.clamp(min=1).float()
@@ -76,7 +80,9 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
         q = q * scaling
     weights = None
     blocks = use_blocks(q.shape[2], k.shape[2], chunk, need_weights)
-    if blocks or stats and not need_weights:
+    if fused and not need_weights and triton_supports(q, k, keep):  # Eq. 5-7 in one fused kernel, any length
+        ctx, raw_total, s_log_s = triton_relu_attention(q, k, v, keep, dropout=dropout, stats=stats)
+    elif blocks or stats and not need_weights:
         # the kernel of `attention_blockwise` with its gradient written out: block-wise for long inputs, else one
         # block (the statistics' half dozen [B,H,T,S] passes and their autograd nodes fused)
         chunk = chunk if blocks else max(q.shape[2], k.shape[2])
@@ -215,6 +221,7 @@ class ReluFormerAttention(VariantAttention):
             q, k, v, keep, scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
             eps=self.eps, entropy_bound=self.entropy_bound, need_weights=ctx.output_attentions, chunk=self.query_chunk,
             stats=self.wants_statistics(ctx), stats_grad=self.regularised,
+            fused=use_triton(self, q, ctx.output_attentions),
         )
         if stats is not None:  # per-row statistics for L_reg (`model_losses`)
             ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = head_sums(stats)
