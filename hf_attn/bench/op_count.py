@@ -83,6 +83,8 @@ def training_step_ops(model, batch: dict, dtype: torch.dtype | None = torch.bflo
         loss.backward()
 
     model.train()
+    if hasattr(model, "set_training_step"):  # (hf-attn models whose schedule follows the optimiser step)
+        model.set_training_step(1)
     step()
     return OpCounts(dict(sorted(count_ops(step).items())))
 

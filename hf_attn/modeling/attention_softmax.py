@@ -82,6 +82,11 @@ def entmax15_forward(z: torch.Tensor) -> torch.Tensor:
     return (z - tau.gather(-1, support - 1)).clamp_min(0).square()
 
 
+def as_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 and contiguous, in one copy (none when it is both already)."""
+    return x.to(torch.float32, memory_format=torch.contiguous_format)
+
+
 class _EntmaxFamilyAttention(VariantAttention):
     """p = normaliser(q k^T / sqrt(dh)) over the visible keys, computed in float32; out = dropout(p) V."""
 
@@ -100,8 +105,9 @@ class _EntmaxFamilyAttention(VariantAttention):
 
     def attend(self, q, k, v, keep, ctx):
         with float32_autocast_off(q):
-            # a row with no visible key sees all: entmax would index -1 on it
-            scores = keep.scale_and_fill(torch.matmul(q.float(), k.float().transpose(-1, -2)), self.scaling,
+            # float32 q and k, each one copy already laid out for the matmul (which would copy the [B, T, H, dh]
+            # views of the projections once more); a row with no visible key sees all: entmax would index -1 on it
+            scores = keep.scale_and_fill(torch.matmul(as_float32(q), as_float32(k).transpose(-1, -2)), self.scaling,
                                          MASKED_SCORE)
             normalise = self.normaliser if scores.requires_grad else self.forward_only
             weights = normalise(scores)  # exactly 0 on the masked keys: no "* keep" needed
