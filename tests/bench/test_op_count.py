@@ -8,8 +8,11 @@ adds a cast or a copy to a variant fails here. When a change removes some, lower
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from conftest import load_script
 
 from hf_attn.bench.op_count import COPY_OPS, count_ops, op_counts, render_op_counts
 from hf_attn.modeling.attention_rela import rela_norm
@@ -63,3 +66,14 @@ def test_rela_norm_under_autocast_casts_once():
     z = o.float()
     ref = z * torch.rsqrt(z.square().mean(-1, keepdim=True) + 1e-8) * torch.sigmoid(gate * z)
     torch.testing.assert_close(y, ref.bfloat16())
+
+
+def test_op_counts_script_prints_the_table_and_writes_json(tmp_path, capsys):
+    script = load_script("op_counts")
+    out = tmp_path / "counts.json"
+    counts = script.main(["--presets", "relu", "--layers", "1", "--by-op", "--output", str(out)])
+    printed = capsys.readouterr().out
+    assert "| relu |" in printed and "relu: " in printed and set(counts) == {"stock", "relu"}
+    assert json.loads(out.read_text())["relu"] == counts["relu"].by_op
+    with pytest.raises(SystemExit):
+        script.main(["--presets", "relu-typo"])
