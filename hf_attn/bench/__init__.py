@@ -5,6 +5,7 @@
 - `timing`: the timed calls, interleaved rounds and speed ratios;
 - `memory`: peak memory of a call, and this process's memory (used by training too);
 - `profile`: FLOP bounds and torch.profiler tables;
+- `op_count`: the aten operators (kernel launches) of a training step under autocast, per preset against stock;
 - `results`: the benchmark result file, typed (`load_result`; the report and the paper claims read it);
 - `runner`: the benchmark's sentence-level and long-sequence modes;
 - `compile_check`: eager against compiled, per preset;

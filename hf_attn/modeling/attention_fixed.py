@@ -94,7 +94,8 @@ class HardGaussianAttention(PositionalAttention):
     def attend(self, q, k, v, keep, ctx):
         tgt_len, src_len, past, output_attentions = keep.q_len, v.shape[2], ctx.past, ctx.output_attentions
         with float32_autocast_off(v):
-            offsets = torch.tensor(self.offsets, device=v.device)[None, :, None, None]  # [1, H, 1, 1]
+            # [1, H, 1, 1]; copied to a GPU without waiting for it (torch.tensor(..., device=cuda) would sync)
+            offsets = torch.tensor(self.offsets)[None, :, None, None].to(v.device, non_blocking=True)
             if self.site == "decoder":  # absolute target positions; the query row is past + t
                 key_pos = torch.arange(src_len, device=v.device, dtype=torch.float32)
                 query_pos = torch.arange(past, past + tgt_len, device=v.device, dtype=torch.float32)

@@ -107,12 +107,12 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
 
 def row_statistics(raw_total, s_log_s, nf, rows, eps, entropy_bound) -> dict:
     """Eq. 7's terms per row from its two sums over keys (``[B,H,T]``, float32); ``nf``, ``rows`` ``[B|1,1,T]``.
-    "norm" and "margin" carry L_reg's gradient (`RegTerms`); "entropy" and "row_sum" are for the logs."""
+    "norm" and "margin" carry L_reg's gradient (`RegTerms`); "entropy" and "row_sum" are for the logs. ``rows``
+    (bool) multiplies float32 terms as it is: type promotion, no float copy."""
     with float32_autocast_off(raw_total):
-        rows = rows.to(raw_total.dtype)
         norm, margin, entropy = RegTerms.apply(raw_total, s_log_s, entropy_bound * nf.log(), rows, eps)
     return {"norm": norm, "margin": margin, "entropy": entropy, "row_sum": raw_total.detach() * rows,
-            "rows": rows.bool().expand_as(raw_total)}
+            "rows": rows.expand_as(raw_total)}
 
 
 def head_sums(stats: dict) -> dict:
@@ -123,7 +123,7 @@ def head_sums(stats: dict) -> dict:
 
 
 class RegTerms(torch.autograd.Function):
-    """(|log S|, max(H(p) - C, 0), H(p)) per row, times the 0/1 ``rows``, from S = sum_j s_ij (clamped to ``eps``)
+    """(|log S|, max(H(p) - C, 0), H(p)) per row, times the bool ``rows`` (0/1), from S = sum_j s_ij (clamped to ``eps``)
     and sum_j s_ij log s_ij (Eq. 7): H(p) = max(log S - sum_j s_ij log s_ij / S, 0). Backward keeps the two sums
     alone (not the half dozen intermediates autograd would keep per attention module until the loss is formed) and
     gives plain autograd's gradient, subgradients included (clamp: 1 at the bound; relu and |.|: 0 at 0)."""
