@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import tiny_batch, tiny_config, tiny_model
+from conftest import requires_triton, tiny_batch, tiny_config, tiny_model
 
 from hf_attn.modeling import HfAttnConfigError, HfAttnMarianMTModel, fused
 
@@ -161,3 +161,26 @@ def test_forward_asking_for_maps_runs_eager_then_restores(monkeypatch, ask):
     with torch.no_grad():
         model(**tiny_batch())
     assert seen and all(seen)  # without the request, the forced mode reaches the predicate
+
+
+# ---- the kernels' test set-up itself: a one-line Triton kernel on `test_device` (the interpreter on the CPU) --------
+if fused.triton_available():
+    tl = fused.tl
+
+    @fused.triton.jit
+    def _scaled_add(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        keep = offs < n
+        x = tl.load(x_ptr + offs, mask=keep)
+        y = tl.load(y_ptr + offs, mask=keep)
+        tl.store(out_ptr + offs, x + alpha * y, mask=keep)
+
+
+@requires_triton
+def test_triton_kernel_runs_on_the_test_device(test_device):
+    """A Triton kernel runs on the tests' device (CPU tensors: Triton's interpreter, as conftest sets it up; cuda:
+    compiled); skipped, not failed, where triton is missing (tests/test_without_triton.py checks that)."""
+    x, y = torch.randn(37, device=test_device), torch.randn(37, device=test_device)
+    out = torch.empty_like(x)
+    _scaled_add[(3,)](x, y, out, 37, 0.5, BLOCK=16)
+    torch.testing.assert_close(out, x + 0.5 * y)
