@@ -85,7 +85,7 @@ def dry_run_settings() -> GpuSuiteSettings:
     """Tiny sizes on the CPU, every section and preset: seconds, for the tests."""
     return GpuSuiteSettings(d_model=32, layers=1, heads=2, ffn=64, vocab=64, train_batches=((4, 8), (8, 8)),
                             decode_batch=2, decode_src_len=6, decode_len=3, beams=2, long_lengths=(16, 32),
-                            repeats=2, long_repeats=1, compile_backend="eager", budget_s=600.0, device="cpu",
+                            repeats=1, long_repeats=1, compile_backend="eager", budget_s=600.0, device="cpu",
                             dry_run=True)
 
 
