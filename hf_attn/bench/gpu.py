@@ -316,7 +316,7 @@ def run_long(s: GpuSuiteSettings, deadline: Deadline) -> list[dict]:
 
 def run_compiled(s: GpuSuiteSettings, deadline: Deadline) -> list[dict]:
     """Training steps of compiled models (``model.compile()``) against compiled stock, on the first batch."""
-    if not s.compiled_presets or not deadline.allows(60.0 if not s.dry_run else 0.0, "compiled"):
+    if not s.compiled_presets or not deadline.allows(75.0 if not s.dry_run else 0.0, "compiled"):
         return []
     built = build_models(s, ("softmax", *s.compiled_presets), 512)
     models = {name: built[name] for name in (STOCK, *s.compiled_presets)}
@@ -338,8 +338,9 @@ def run_gpu_suite(s: GpuSuiteSettings, command: str) -> dict:
     """The whole suite within ``s.budget_s``: the JSON `render_gpu_block` renders."""
     deadline = Deadline(s.budget_s)
     result = {"suite": "gpu", "settings": asdict(s), "environment": environment(s, command), "kernel_paths": {}}
-    result["sentence"] = run_sentence(s, deadline.section(0.5), result["kernel_paths"])
-    result["long"] = run_long(s, deadline.section(0.55))
+    # shares of what is left: whatever a section does not use passes on to the next ones
+    result["sentence"] = run_sentence(s, deadline.section(0.45), result["kernel_paths"])
+    result["long"] = run_long(s, deadline.section(0.5))
     result["compiled"] = run_compiled(s, deadline)
     result["skipped"] = deadline.skipped
     result["budget_used_s"] = s.budget_s - deadline.left()
