@@ -120,15 +120,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "the suite; not a measurement)")
     p.add_argument("--allow-dry-run", action="store_true", help="with --gpu-suite --docs: accept dry-run JSON files")
     args = p.parse_args(argv)
-    if args.dry_run and not args.gpu_suite:
-        p.error("--dry-run goes with --gpu-suite")
-    if args.sources is not None and args.docs is None or (args.docs is not None and args.sources is None
-                                                          and not args.gpu_suite):
-        p.error(f"--docs {DOCS_PAGE} and --from RESULT.json ... go together")
-    if args.gpu_suite and args.docs is None and not args.dry_run and not torch.cuda.is_available():
-        p.error("--gpu-suite needs a CUDA GPU and torch sees none; --gpu-suite --dry-run runs it at tiny sizes on "
-                "the CPU")
-    args.output = args.output or (GPU_OUTPUT if args.gpu_suite else DEFAULTS.output)
+    check_modes(p, args)
     args.presets_given = args.presets is not None
     args.presets = ",".join(DEFAULT_PRESETS) if args.presets is None else args.presets
     names = sorted(hf_attn.PRESETS) if args.presets == "all" else [x.strip() for x in args.presets.split(",") if x]
@@ -158,6 +150,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         if not args.long or min(args.long) < 2:
             p.error(f"--long {args.long!r}: need a comma list of lengths >= 2, e.g. 512,1024,2048,4096")
     return args
+
+
+def check_modes(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--docs / --from, --gpu-suite / --dry-run: the combinations that go together; the output's default."""
+    if args.dry_run and not args.gpu_suite:
+        p.error("--dry-run goes with --gpu-suite")
+    if args.sources is not None and args.docs is None or (args.docs is not None and args.sources is None
+                                                          and not args.gpu_suite):
+        p.error(f"--docs {DOCS_PAGE} and --from RESULT.json ... go together")
+    if args.gpu_suite and args.docs is None and not args.dry_run and not torch.cuda.is_available():
+        p.error("--gpu-suite needs a CUDA GPU and torch sees none; --gpu-suite --dry-run runs it at tiny sizes on "
+                "the CPU")
+    args.output = args.output or (GPU_OUTPUT if args.gpu_suite else DEFAULTS.output)
 
 
 def bench_settings(args: argparse.Namespace) -> BenchSettings:

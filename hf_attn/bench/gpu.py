@@ -175,14 +175,28 @@ def paths_of(model, trace: list) -> dict:
     return out
 
 
-def record_kernel_paths(step, models: dict, out: dict, call: str) -> None:
-    """One untimed call of ``step(model, opt)`` per model (the warm-up), recording each preset's kernel decisions
-    into ``out[preset][call]``."""
+def one_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:300]
+
+
+def warm_and_record(step, models: dict, paths: dict, call: str, errors: dict) -> dict:
+    """One untimed call of ``step(model, opt)`` per model (the warm-up, which compiles the kernels), recording each
+    preset's kernel decisions into ``paths[preset][call]``. A preset whose call fails is left out of the returned
+    models and its error kept in ``errors`` (one GPU run should measure the rest); stock's failure is raised."""
+    kept = {}
     for name, (model, opt) in models.items():
-        with fused.record_paths() as trace:
-            step(model, opt)
+        try:
+            with fused.record_paths() as trace:
+                step(model, opt)
+        except Exception as e:  # noqa: BLE001 - any preset's failure is reported, not fatal
+            if name == STOCK:
+                raise
+            errors[f"{call} {name}"] = one_line(e)
+            continue
+        kept[name] = (model, opt)
         if name != STOCK:
-            out.setdefault(name, {})[call] = paths_of(model, trace)
+            paths.setdefault(name, {})[call] = paths_of(model, trace)
+    return kept
 
 
 def timed_rounds(s: GpuSuiteSettings, step, models: dict, repeats: int, desc: str, deadline: Deadline) -> dict:
@@ -230,7 +244,7 @@ def free(models: dict) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # The three sections
 # ---------------------------------------------------------------------------------------------------------------
-def run_sentence(s: GpuSuiteSettings, deadline: Deadline, paths: dict) -> list[dict]:
+def run_sentence(s: GpuSuiteSettings, deadline: Deadline, paths: dict, errors: dict) -> list[dict]:
     """bf16 training steps on each batch, then beam search with bf16 weights: one table each."""
     models = build_models(s, s.presets, max(512, s.decode_src_len, s.decode_len + 2, *(t for _, t in s.train_batches)))
     tables = []
@@ -240,17 +254,17 @@ def run_sentence(s: GpuSuiteSettings, deadline: Deadline, paths: dict) -> list[d
             continue
         batch = padded_batch(s.vocab, n, length, length, s.pad_fraction, s.device)
         step = lambda model, opt, batch=batch: train_step_bf16(model, opt, batch)  # noqa: E731
-        record_kernel_paths(step, models, paths, "train")  # (the warm-up: compiles the kernels)
-        times = timed_rounds(s, step, models, s.repeats, what, deadline)
+        ok = warm_and_record(step, models, paths, "train", errors)
+        times = timed_rounds(s, step, ok, s.repeats, what, deadline)
         tables.append({"call": "train", "sentences": n, "tokens": length, "rounds": len(times[STOCK]),
-                       "rows": ratio_rows(times, flop_bounds(step, models))})
+                       "rows": ratio_rows(times, flop_bounds(step, ok))})
     if deadline.allows(10.0 if not s.dry_run else 0.0, "decode"):
         for model, _ in models.values():
             model.to(torch.bfloat16)
         dec = padded_batch(s.vocab, s.decode_batch, s.decode_src_len, None, s.pad_fraction, s.device)
         step = lambda model, opt: decode(model, dec, s.beams, s.decode_len)  # noqa: E731
-        record_kernel_paths(step, models, paths, "decode")
-        times = timed_rounds(s, step, models, s.repeats, "decode", deadline)
+        ok = warm_and_record(step, models, paths, "decode", errors)
+        times = timed_rounds(s, step, ok, s.repeats, "decode", deadline)
         tables.append({"call": "decode", "sentences": s.decode_batch, "tokens": s.decode_src_len,
                        "rounds": len(times[STOCK]), "rows": ratio_rows(times)})
     free(models)
@@ -261,27 +275,24 @@ def out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
-def fit_batch(s: GpuSuiteSettings, models: dict, length: int) -> tuple[int, dict, dict]:
-    """(batch size, {name: seconds of one call}, {name: peak MiB}) at ``length``: the largest batch <= long_batch at
-    which every model that fits at all runs one forward + backward (the warm-up); a model that fits at no batch size
-    is left out of the second dict."""
+def fit_batch(s: GpuSuiteSettings, models: dict, length: int) -> tuple[int, dict, dict, dict]:
+    """(batch size, {name: seconds of one call}, {name: peak MiB}, {name: problem}) at ``length``: the largest batch
+    <= long_batch at which every model that fits at all runs one forward + backward (the warm-up); a model that runs
+    out of memory at batch 1, or fails otherwise, is in the problems instead."""
     for size in range(s.long_batch, 0, -1):
         batch = padded_batch(s.vocab, size, length, length, s.pad_fraction, s.device)
-        seconds, peaks, failed = {}, {}, []
+        seconds, peaks, problems = {}, {}, {}
         for name, (model, _) in models.items():
             try:
                 start = time.monotonic()
                 peaks[name] = peak_growth_mib(s.device, forward_backward_bf16, model, batch)
                 seconds[name] = time.monotonic() - start
-            except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-                if not out_of_memory(e):
-                    raise
+            except Exception as e:  # noqa: BLE001 - reported in the row
                 model.zero_grad(set_to_none=True)
-                failed.append(name)
+                problems[name] = "out of memory" if out_of_memory(e) else one_line(e)
                 free({})
-        if not failed or size == 1:
-            return size, seconds, peaks
-    raise AssertionError("unreachable")
+        if "out of memory" not in problems.values() or size == 1:
+            return size, seconds, peaks, problems
 
 
 def run_long(s: GpuSuiteSettings, deadline: Deadline) -> list[dict]:
@@ -292,7 +303,7 @@ def run_long(s: GpuSuiteSettings, deadline: Deadline) -> list[dict]:
     for length in s.long_lengths:
         if not deadline.allows(5.0 if not s.dry_run else 0.0, f"long L={length}"):
             continue
-        size, seconds, peaks = fit_batch(s, models, length)
+        size, seconds, peaks, problems = fit_batch(s, models, length)
         fits = {name: models[name] for name in seconds}
         one_round = sum(seconds.values())
         repeats = max(1, min(s.long_repeats, int(deadline.left() // max(one_round, 1e-9))))
@@ -308,7 +319,7 @@ def run_long(s: GpuSuiteSettings, deadline: Deadline) -> list[dict]:
             row = {"length": length, "preset": name, "batch": size, **by_name.get(name, {"preset": name})}
             row["peak_mib"] = peaks.get(name)
             row["mem_vs_stock"] = peaks[name] / peaks[STOCK] if name in peaks and peaks.get(STOCK) else None
-            row["status"] = "ok" if name in peaks else "out of memory at batch 1"
+            row["status"] = problems.get(name, "ok") + (" at batch 1" if problems.get(name) == "out of memory" else "")
             rows.append(row)
     free(built)
     return rows
@@ -319,7 +330,17 @@ def run_compiled(s: GpuSuiteSettings, deadline: Deadline) -> list[dict]:
     if not s.compiled_presets or not deadline.allows(75.0 if not s.dry_run else 0.0, "compiled"):
         return []
     built = build_models(s, ("softmax", *s.compiled_presets), 512)
-    models = {name: built[name] for name in (STOCK, *s.compiled_presets)}
+    try:
+        return compiled_rows(s, {name: built[name] for name in (STOCK, *s.compiled_presets)}, deadline)
+    except Exception as e:  # noqa: BLE001 - one GPU run should keep the other sections' results
+        deadline.skipped.append(f"compiled: failed ({one_line(e)})")
+        return []
+    finally:
+        free(built)
+        torch._dynamo.reset()
+
+
+def compiled_rows(s: GpuSuiteSettings, models: dict, deadline: Deadline) -> list[dict]:
     raise_recompile_limits(len(models))
     for model, _ in models.values():
         model.compile(backend=s.compile_backend)
@@ -328,18 +349,16 @@ def run_compiled(s: GpuSuiteSettings, deadline: Deadline) -> list[dict]:
     step = lambda model, opt: train_step_bf16(model, opt, batch)  # noqa: E731
     warm = warm_up(s.device, step, models, compiled=True)
     times = timed_rounds(s, step, models, s.repeats, f"compiled train {n} x {length}", deadline)
-    rows = ratio_rows(times, {name: {"warmup_s": warm[name], "sentences": n, "tokens": length} for name in models})
-    free(built)
-    torch._dynamo.reset()
-    return rows
+    return ratio_rows(times, {name: {"warmup_s": warm[name], "sentences": n, "tokens": length} for name in models})
 
 
 def run_gpu_suite(s: GpuSuiteSettings, command: str) -> dict:
     """The whole suite within ``s.budget_s``: the JSON `render_gpu_block` renders."""
     deadline = Deadline(s.budget_s)
-    result = {"suite": "gpu", "settings": asdict(s), "environment": environment(s, command), "kernel_paths": {}}
+    result = {"suite": "gpu", "settings": asdict(s), "environment": environment(s, command), "kernel_paths": {},
+              "errors": {}}
     # shares of what is left: whatever a section does not use passes on to the next ones
-    result["sentence"] = run_sentence(s, deadline.section(0.45), result["kernel_paths"])
+    result["sentence"] = run_sentence(s, deadline.section(0.45), result["kernel_paths"], result["errors"])
     result["long"] = run_long(s, deadline.section(0.5))
     result["compiled"] = run_compiled(s, deadline)
     result["skipped"] = deadline.skipped

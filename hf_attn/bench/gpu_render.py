@@ -168,7 +168,7 @@ def render_long(result: dict) -> list[str]:
              "| L | preset | batch | vs stock | fwd+bwd s | peak MiB | memory vs stock |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
-        peak = "out of memory" if r["peak_mib"] is None else f"{r['peak_mib']:.0f}"
+        peak = r["status"] if r["peak_mib"] is None else f"{r['peak_mib']:.0f}"
         seconds = f"{r['median_s']:.3f}" if r.get("median_s") is not None else "-"
         lines.append(f"| {r['length']} | {r['preset']} | {r['batch']} | {_x(r.get('ratio_vs_stock'))} | {seconds} | "
                      f"{peak} | {_x(r.get('mem_vs_stock'))} |")
@@ -197,6 +197,8 @@ def render_gpu_result(result: dict) -> str:
              "```bash", env["command"], "```"]
     for part in (render_sentence(result), render_long(result), render_compiled(result)):
         lines += ["", *part] if part else []
+    if result.get("errors"):
+        lines += ["", "Failed (left out of the tables): " + "; ".join(f"{k}: {v}" for k, v in result["errors"].items())]
     if result.get("skipped"):
         lines += ["", "Not measured in this run: " + "; ".join(result["skipped"])]
     return "\n".join(lines)
