@@ -153,3 +153,26 @@ def test_gpu_blocks_regenerate_from_the_code_and_committed_results(monkeypatch):
     assert gpu_render.gpu_block(sources) == block
     for path in sources:  # only GPU runs are rendered into the page
         assert not gpu_render.load_gpu_result(path)["settings"]["dry_run"]
+
+
+def test_a_failing_preset_is_reported_and_left_out():
+    """One GPU run should measure what works: a preset whose warm-up fails is listed with its error line and left
+    out of the timing; a failing stock model (the reference) ends the run."""
+
+    class Model:
+        def variant_classes(self):
+            return []
+
+    models = {STOCK: (Model(), None), "rela-g": (Model(), None), "gmm": (Model(), None)}
+
+    def step(model, opt):
+        if model is models["gmm"][0]:
+            raise RuntimeError("expected scalar type BFloat16\nsecond line")
+
+    errors, paths = {}, {}
+    kept = gpu.warm_and_record(step, models, paths, "decode", errors)
+    assert list(kept) == [STOCK, "rela-g"]
+    assert errors == {"decode gmm": "RuntimeError: expected scalar type BFloat16"}
+    assert paths == {"rela-g": {"decode": {}}}
+    with pytest.raises(RuntimeError, match="stock"):
+        gpu.warm_and_record(lambda m, o: (_ for _ in ()).throw(RuntimeError("stock")), models, {}, "train", {})
