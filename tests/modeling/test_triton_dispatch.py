@@ -136,13 +136,8 @@ def test_eager_request_puts_every_module_on_the_eager_path(base):
     assert eager_flags(type(model)(config)) == {True}
 
 
-@pytest.mark.parametrize("ask", [dict(output_attention_details=True), dict(output_attentions=True)])
-def test_forward_asking_for_maps_runs_eager_then_restores(monkeypatch, ask):
-    """Analysis asks for weights (output_attentions) or details: the predicate sees the eager flag during that
-    forward pass (even with the kernels forced), and the model's own setting comes back afterwards."""
-    monkeypatch.setenv(fused.KERNELS_ENV, "triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    model = tiny_model("marian", "rela-g")
+def spy_on_decisions(monkeypatch, model) -> list:
+    """The `use_triton` decision each attention module would make at each call (recorded before its attend runs)."""
     seen = []
     for m in model.attention_modules():
         original = m.attend
@@ -152,15 +147,31 @@ def test_forward_asking_for_maps_runs_eager_then_restores(monkeypatch, ask):
             return _original(*a, **k)
 
         monkeypatch.setattr(m, "attend", spy)
+    return seen
+
+
+@pytest.mark.parametrize("ask", [dict(output_attention_details=True), dict(output_attentions=True)])
+def test_forward_asking_for_maps_runs_eager_then_restores(monkeypatch, ask):
+    """Analysis asks for weights (output_attentions) or details: the predicate sees the eager flag during that
+    forward pass, even with the kernels forced, and the model's own setting comes back afterwards."""
+    monkeypatch.setenv(fused.KERNELS_ENV, "triton")
+    model = tiny_model("marian", "rela-g")
+    seen = spy_on_decisions(monkeypatch, model)
     with torch.no_grad():
         model(**tiny_batch(), **ask)
     assert seen and not any(seen)
     assert eager_flags(model) == {False}
-    seen.clear()
-    monkeypatch.setattr(fused, "triton", fused.triton or object())
+
+
+@requires_triton
+def test_forced_triton_reaches_every_module(monkeypatch, test_device):
+    """Without a request for maps, the forced mode reaches the predicate in every module (CPU: the interpreter)."""
+    monkeypatch.setenv(fused.KERNELS_ENV, "triton")
+    model = tiny_model("marian", "rela-g").to(test_device)
+    seen = spy_on_decisions(monkeypatch, model)
     with torch.no_grad():
-        model(**tiny_batch())
-    assert seen and all(seen)  # without the request, the forced mode reaches the predicate
+        model(**{k: v.to(test_device) for k, v in tiny_batch().items()})
+    assert len(seen) == 6 and all(seen)
 
 
 # ---- the kernels' test set-up itself: a one-line Triton kernel on `test_device` (the interpreter on the CPU) --------
