@@ -140,7 +140,7 @@ def render_sentence(result: dict) -> list[str]:
     head = [f"| preset | kernel path | " + " | ".join(
         f"{t['call']} {t['sentences']} x {t['tokens']} vs stock" for t in tables) + " | train FLOP bound |",
         "|---|---|" + "---|" * len(tables) + "---|"]
-    names = [r["preset"] for r in tables[0]["rows"]]
+    names = list(dict.fromkeys(r["preset"] for t in tables for r in t["rows"]))  # (a failed preset: not in all)
     for name in names:
         cells = []
         for t in tables:
