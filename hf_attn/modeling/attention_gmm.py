@@ -289,14 +289,12 @@ class GmmAttention(VariantAttention):
         return weighted_values(gamma, v, self.attn_dropout, self.training, ctx.output_attentions)
 
     def sdpa_distributed(self, q) -> bool:
-        """True when `attend_distributed` computes gamma V: no attention dropout active (the paper drops gamma with
-        one mask, SDPA would drop alpha with its own), not ``attn_implementation="eager"``, and a CUDA tensor (kernel
-        mode auto or triton, `fused.kernel_mode`) or the fused paths forced (mode triton, also on CPU; the CPU
-        default stays the written-out path, whose speed there is the reference)."""
-        if self.attn_dropout or getattr(self, "eager_attention", False):
-            return False
+        """True when `attend_distributed` runs: no attention dropout active (the paper drops gamma with one mask, SDPA
+        would drop alpha with its own), not the eager flag, and CUDA (`fused.kernel_mode` auto / triton) or mode
+        triton (also on CPU, where the written-out path stays the default)."""
         mode = kernel_mode(self.config)
-        return mode != "eager" and (q.is_cuda or mode == "triton")
+        eager = self.attn_dropout or getattr(self, "eager_attention", False) or mode == "eager"
+        return not eager and (q.is_cuda or mode == "triton")
 
     def attend_distributed(self, q, k, v, keep, ctx):
         """gamma V with the product distributed over the fusion (Eq. 13, 15): (1 - g) (alpha V) + g (beta V), alpha V

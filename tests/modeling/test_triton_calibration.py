@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_batch, tiny_model
+from conftest import requires_triton, tiny_batch, tiny_model
 
 from hf_attn.modeling import attention_calibration as calib
 from hf_attn.modeling.triton_calibration import calibrated_attention, dropout_keep
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), requires_triton]
 B, H, T, S, D = 3, 1, 18, 20, 16  # two blocks of 16 queries and of 16 keys, a head dim the blocks pad (BD = 16)
 
 
