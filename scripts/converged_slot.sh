@@ -18,6 +18,7 @@ RUNS_DIR=${RUNS_DIR:-/tmp/converged_runs}
 JOBS=${JOBS:-16}
 DEADLINE=${DEADLINE:-540}  # seconds from now by which every started run has finished (the command limit is 600)
 mkdir -p "$OUT" "$OUTPUT_DIR/runs"
+OUT=$(cd "$OUT" && pwd)  # absolute: the archive is written from inside OUTPUT_DIR
 log="$OUT/slot.log"
 marker="$OUT/.started"
 touch "$marker"

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from ..errors import HfAttnInputError
+from ..modeling.hyperparameters import HfAttnConfigError
 from .matrix import RunSpec, matrix
 
 KEYS = ("pair", "base", "seeds", "eval_every", "pilot", "rule", "matrix", "slot")
@@ -62,7 +63,10 @@ def check_converged(cfg, path) -> None:
              '"train_args" must be a list of `hf-attn train` flags')
     need(isinstance(slot, dict) and _positive_int(slot.get("jobs")) and _positive_int(slot.get("seconds")),
          '"slot" needs positive integers "jobs" and "seconds"')
-    matrix([pilot["preset"], *mat["presets"]], [cfg["pair"]], [1], cfg["seeds"], cfg["base"])  # presets, pair, seeds
+    try:  # presets, pair and seeds checked as in a matrix
+        matrix([pilot["preset"], *mat["presets"]], [cfg["pair"]], [1], cfg["seeds"], cfg["base"])
+    except (HfAttnConfigError, HfAttnInputError) as e:
+        raise HfAttnInputError(f"--converged {str(path)!r}: {e}") from None
 
 
 # -------------------------------------------------------------------------------------------------- the rule
@@ -75,7 +79,7 @@ def converged_step(curve: list, min_delta: float, patience: int) -> int | None:
     for i, (step, value) in enumerate(points):
         best = min(best, value)
         after = points[i + 1 : i + 1 + patience]
-        if len(after) == patience and all(v > best - min_delta for _, v in after):
+        if len(after) == patience and all(v >= best - min_delta for _, v in after):
             return step
     return None
 

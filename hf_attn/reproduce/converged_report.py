@@ -31,6 +31,7 @@ def plot_bleu_curves(runs: dict, path: Path, title: str, pilot: list[dict] | Non
     at the steps every seed evaluated, the range across seeds shaded; softmax in black, and the ``pilot``'s softmax
     (longer) dashed in grey."""
     plt = pyplot()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 4.8))
     colours = plt.get_cmap("tab10").colors
     series = sorted(runs.items(), key=lambda kv: (kv[0] != "softmax", kv[0]))
@@ -76,13 +77,14 @@ def _by_preset(records: list[dict]) -> dict:
 
 
 def budget_sentence(cfg: dict, decided: dict, budget: int) -> str:
-    rule = cfg["rule"]
-    seeds = ", ".join(f"seed {s}: {'not by ' + format(cfg['pilot']['max_steps'], ',') if v is None else format(v, ',')}"
+    rule, cap = cfg["rule"], cfg["pilot"]["max_steps"]
+    seeds = ", ".join(f"seed {s} {'not within ' + format(cap, ',') if v is None else 'at ' + format(v, ',')}"
                       for s, v in decided["per_seed"].items())
-    text = (f"The pilot ({cfg['pilot']['preset']}, validation every {cfg['eval_every']:,} steps up to "
-            f"{cfg['pilot']['max_steps']:,}) converged by the pre-registered rule (no improvement of the validation loss "
-            f"by more than {rule['min_delta']:g} for {rule['patience']} evaluations) at {seeds}: the rule's budget is "
-            f"{decided['rule_steps']:,} steps ({decided['rule_epochs']} epochs of the training split).")
+    text = (f"The budget comes from the pilot ({cfg['pilot']['preset']}, validation every {cfg['eval_every']:,} steps "
+            f"up to {cap:,}) by the pre-registered rule (`converged.json`: the first evaluation after which the "
+            f"validation loss did not improve by more than {rule['min_delta']:g} for {rule['patience']} evaluations): "
+            f"{seeds}; the rule's budget, the largest over the seeds, is {decided['rule_steps']:,} steps "
+            f"({decided['rule_epochs']} epochs of the training split).")
     if budget != decided["rule_steps"]:
         text += (f" The matrix trains {budget:,} steps ({decided['epochs']} epochs), the slot's cap: it shows the "
                  "methods at that budget, not converged by the rule.")
