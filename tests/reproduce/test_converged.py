@@ -169,6 +169,7 @@ def test_the_bleu_subset_is_evenly_spaced_and_a_resumed_curve_continues(tmp_path
     assert ValidationBleuCallback(None, [], [], every=2, resume_from=str(tmp_path)).curve == [[2, 1.0, 5.0]]
 
 
+@pytest.mark.slow
 def test_the_slot_command_on_a_tiny_matrix(tmp_path):
     """scripts/converged_slot.sh end to end on a tiny configuration: pilot, budget by the rule, the matrix with its
     averaging arm, validation BLEU curves and the attention path, all in one archive; then the report's group."""
