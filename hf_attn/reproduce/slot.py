@@ -24,17 +24,20 @@ from .seeds import group_key
 
 # seconds a run spends outside the Trainer's timed loop beyond what its results.json counts: the child's start-up,
 # the attention-path probe, the checkpoint-averaging arm's test decoding and the analysis
-EXTRA_SECONDS = 45.0
+EXTRA_SECONDS = 60.0
 
 
 class Estimator:
     """Seconds a run will take, from the complete records made on ``kind``: its own group's runs of the preset
     first, then the preset's runs at any budget, then the slowest preset's; steps / (steps per second) plus the
-    records' median time outside training and `EXTRA_SECONDS`. Without records of ``kind``: 0 (no estimate)."""
+    records' median time outside training and `EXTRA_SECONDS`. A GPU kind without records of its own is estimated
+    from the other GPUs' records; without any: 0 (no estimate)."""
 
     def __init__(self, records: list[dict], kind: str):
-        self.runs = [r for r in records if r["status"] == "complete" and str(r["results"].get("device", "")).startswith(kind)
-                     and (r["results"].get("train_seconds_this_run") or 0) > 0]
+        timed = [r for r in records if r["status"] == "complete" and (r["results"].get("train_seconds_this_run") or 0) > 0]
+        self.runs = [r for r in timed if str(r["results"].get("device", "")).startswith(kind)]
+        if not self.runs and kind.startswith("NVIDIA"):
+            self.runs = [r for r in timed if str(r["results"].get("device", "")).startswith("NVIDIA")]
 
     @staticmethod
     def _rate(runs: list[dict]) -> float | None:

@@ -17,7 +17,7 @@ from hf_attn.errors import HfAttnInputError
 from hf_attn.reproduce.converged import (check_converged, converged_budget, converged_specs, converged_step,
                                          load_converged, matrix_budget, pilot_specs)
 from hf_attn.reproduce.matrix import RunSpec
-from hf_attn.reproduce.slot import Estimator, check_device_kind
+from hf_attn.reproduce.slot import EXTRA_SECONDS, Estimator, check_device_kind
 from hf_attn.training.bleu_curve import ValidationBleuCallback, fixed_subset
 from tests.training_helpers import offline_env
 
@@ -89,7 +89,8 @@ def test_the_committed_file_preregisters_the_issue_matrix_and_plans_the_pilot():
 
 
 def test_the_budget_cap_fits_one_slot_at_the_recorded_gpu_speeds():
-    """`budget_cap` steps of the slowest matrix preset with GPU records (16 runs at once) fit in `train_seconds`."""
+    """`budget_cap` is the most steps (a multiple of `eval_every`) that the slowest matrix preset with GPU records (16
+    runs at once) trains in `train_seconds`."""
     cfg = load_converged(COMMITTED)
     rates = {}
     for path in (REPO / "results" / "runs").glob("*.json"):
@@ -98,7 +99,8 @@ def test_the_budget_cap_fits_one_slot_at_the_recorded_gpu_speeds():
         if "NVIDIA" in str(res.get("device")) and rec["spec"]["preset"] in cfg["matrix"]["presets"]:
             rates.setdefault(rec["spec"]["preset"], []).append(res["train_steps"] / res["train_seconds_this_run"])
     slowest = min(statistics.median(v) for v in rates.values())
-    assert slowest * cfg["slot"]["train_seconds"] >= cfg["rule"]["budget_cap"]
+    every = cfg["eval_every"]
+    assert cfg["rule"]["budget_cap"] == int(slowest * cfg["slot"]["train_seconds"] // every) * every
     assert cfg["slot"]["train_seconds"] < cfg["slot"]["seconds"] <= 540
 
 
@@ -124,9 +126,10 @@ def test_the_estimate_uses_the_device_kinds_records_and_the_deadline_starts_noth
     records = [_record(RunSpec("softmax", "de", "en", 600, s), seconds=60.0) for s in (42, 43)]
     records.append(_record(RunSpec("gmm", "de", "en", 600, 42), seconds=120.0, device="x86_64 CPU, 1 threads"))
     est = Estimator(records, "NVIDIA H200")
-    assert est(spec) == pytest.approx(1000 / 10 + 20 + 45)
+    assert est(spec) == pytest.approx(1000 / 10 + 20 + EXTRA_SECONDS)
     assert est(RunSpec("gmm", "de", "en", 1000, 42)) == est(spec)  # no H200 record of gmm: the slowest preset's rate
-    assert Estimator(records, "NVIDIA H100")(spec) == 0.0
+    assert Estimator(records, "NVIDIA H100")(spec) == est(spec)  # another GPU kind: from the GPU records
+    assert Estimator(records, "aarch64 CPU")(spec) == 0.0
     import time
     failed = run_matrix([spec], tmp_path / "runs", tmp_path / "out", deadline=time.monotonic() + 10, estimate=est)
     assert failed == [] and not (tmp_path / "runs" / spec.name).exists()
