@@ -262,9 +262,10 @@ def remember_plan(output_dir: Path, specs: list[RunSpec]) -> None:
     """Add the matrix to ``output_dir/plan.json``: the report lists planned runs that have no record yet."""
     path = Path(output_dir) / "plan.json"
     plan = json.loads(path.read_text()) if path.is_file() else []
-    plan += [s.name for s in specs if s.name not in plan]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(plan, indent=1) + "\n")
+    new = [s.name for s in specs if s.name not in plan]
+    if new or not path.is_file():  # unchanged: not rewritten (a slot's archive holds what changed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(plan + new, indent=1) + "\n")
 
 
 @dataclass

@@ -74,12 +74,12 @@ def budget_line(decided: dict | None, budget: int | None) -> str:
         return "budget: not decided yet (the pilot is not recorded for every seed); run the same command again"
     if decided is None:
         return f"budget: {budget:,} steps (fixed by the matrix's records)"
-    per_seed = ", ".join(f"seed {s}: {'not converged by the cap' if v is None else f'{v:,}'}"
+    per_seed = ", ".join(f"seed {s} {'not converged within the pilot' if v is None else f'at {v:,}'}"
                          for s, v in decided["per_seed"].items())
-    cap = (f"; capped at the slot's {budget:,} steps ({decided['epochs']} epochs), the rule gave "
-           f"{decided['rule_steps']:,} ({decided['rule_epochs']} epochs)" if decided["capped"]
-           else f" ({decided['epochs']} epochs of the training split)")
-    return f"budget: {budget:,} steps by the rule ({per_seed}){cap}"
+    rule = f"the rule gives {decided['rule_steps']:,} steps ({decided['rule_epochs']} epochs; {per_seed})"
+    if decided["capped"]:
+        return f"budget: {budget:,} steps ({decided['epochs']} epochs), the slot's cap; {rule}"
+    return f"budget: {budget:,} steps ({decided['epochs']} epochs of the training split): {rule}"
 
 
 def run_converged(path: str | Path, runs_dir: Path, output_dir: Path, jobs: int, threads: int | None,

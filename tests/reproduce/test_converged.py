@@ -187,7 +187,7 @@ def test_the_slot_command_on_a_tiny_matrix(tmp_path):
                        text=True, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     log = (out / "slot.log").read_text()
-    assert "budget: 2 steps by the rule" in log and "capped" in log
+    assert "budget: 2 steps (" in log and "the slot's cap; the rule gives 4 steps" in log
     names = tarfile.open(out / "records.tar.gz").getnames()
     pilot, run = "de-en_4steps_seed42_x0d57b8_softmax", next(n[5:-5] for n in names if "rela-g" in n and
                                                              n.endswith(".json"))
