@@ -88,7 +88,9 @@ def averaged_arm(run_dir: Path, n: int) -> tuple[dict, list[str]]:
     model, tokenizer = load_model_dir(str(run_dir))
     names = average_last_checkpoints(model, run_dir, n, int(run["train_steps"]))
     model.to(run_device()).eval()
-    sources, references, _, _ = run_pairs(str(run_dir), "test")
+    n = int(run["test_sentences"])  # the run's test split (its --max_predict_samples, if any)
+    sources, references, _, _ = run_pairs(str(run_dir), "test", max_samples=n)
+    sources, references = sources[:n], references[:n]
     t0 = time.time()
     hyps = translate_texts(model, tokenizer, sources, num_beams=run["num_beams"], length_penalty=run["length_penalty"],
                            max_source_length=run["max_source_length"], progress=False)

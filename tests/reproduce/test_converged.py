@@ -195,6 +195,8 @@ def test_the_slot_command_on_a_tiny_matrix(tmp_path):
     rec = json.loads((results / "runs" / f"{run}.json").read_text())
     assert rec["spec"]["steps"] == 2 and rec["attention_path"]["sites"] == dict.fromkeys(("encoder", "decoder", "cross"), "eager")
     assert rec["averaged"]["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
+    averaged = (results / "runs" / f"{run}.avg.hyp.txt").read_text().splitlines()
+    assert len(averaged) == rec["results"]["test_sentences"] == 8  # the run's own test split
     assert [p[0] for p in rec["results"]["curves"]["validation_bleu"]["curve"]] == [2]
     assert rec["results"]["curves"]["validation_bleu"]["sentences"] == 8
 
