@@ -41,6 +41,15 @@ compiled: what a user who compiles both models would see. One preset (beside sof
 The documentation's Speed page (`DOCS_PAGE`) is generated from such JSON files (the block between the benchmark markers):
 
     python scripts/benchmark.py --docs docs/speed.md --from runs/bench.json runs/bench_long.json
+
+`--gpu-suite` runs the GPU suite instead (one CUDA GPU, at most about 6 minutes: `hf_attn.bench.gpu`): every headline
+preset's bf16 training and beam search at base size against stock SDPA, long inputs up to 16k tokens with peak
+memory, compiled against compiled stock, and the kernel path each preset took. `--dry-run` runs it at tiny sizes on
+the CPU (seconds; not a measurement). With `--docs` it writes the Speed page's "On a GPU" blocks (the kernel table
+from the code, and the suite's tables from `--from` JSON files, or a statement that no GPU run exists yet):
+
+    python scripts/benchmark.py --gpu-suite --output runs/gpu.json
+    python scripts/benchmark.py --gpu-suite --docs docs/speed.md --from results/benchmark/gpu.json
 """
 
 from __future__ import annotations
@@ -54,16 +63,20 @@ import torch
 import hf_attn
 from hf_attn.modeling.bases import BASES
 from hf_attn.bench.render import BENCHMARK_MARKERS, DOCS_PAGE, benchmark_block, render_result, update_block
-from hf_attn.bench.results import DEFAULT_PRESETS, BenchSettings
+from hf_attn.bench.gpu import GpuSuiteSettings, dry_run_settings, restricted, run_gpu_suite
+from hf_attn.bench.gpu_render import GPU_MARKERS, KERNEL_MARKERS, gpu_block, kernel_table, load_gpu_result, render_gpu_result
+from hf_attn.bench.results import DEFAULT_PRESETS, BenchSettings, NotABenchmarkResult
 from hf_attn.bench.runner import run, save_result
+from hf_attn.io_utils import write_json
 
 DEFAULTS = BenchSettings()
+GPU_OUTPUT = "runs/gpu.json"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--presets", default=",".join(DEFAULT_PRESETS), help="comma list, or 'all' (softmax is always "
-                   "included)")
+    p.add_argument("--presets", default=None, help="comma list, or 'all' (softmax is always included); default "
+                   f"{','.join(DEFAULT_PRESETS)}; with --gpu-suite: limits each of its sections to these")
     p.add_argument("--base", choices=list(BASES), default=DEFAULTS.base)
     p.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
     p.add_argument("--layers", type=int, default=DEFAULTS.layers, help="encoder and decoder layers each")
@@ -92,7 +105,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also profile three calls of every model (torch.profiler) and tabulate where each preset "
                         "spends time beyond stock: the operators with the largest extra self time, and the time "
                         "outside them")
-    p.add_argument("--output", default=DEFAULTS.output, help="JSON results (a .md table is written beside)")
+    p.add_argument("--output", default=None, help=f"JSON results (a .md table is written beside); default "
+                   f"{DEFAULTS.output}, with --gpu-suite {GPU_OUTPUT}")
     p.add_argument("--long", default=None, help="long-sequence mode: comma list of lengths, e.g. 512,1024,2048,4096")
     p.add_argument("--long-batch", type=int, default=DEFAULTS.long_batch, help="sequences per forward/backward in "
                    "--long mode")
@@ -100,9 +114,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"rewrite the benchmark block of this page ({DOCS_PAGE} when no PAGE is given) from "
                         "the --from JSON files")
     p.add_argument("--from", dest="sources", nargs="+", default=None, help="benchmark JSON files for --docs")
+    p.add_argument("--gpu-suite", action="store_true", help="the GPU suite (hf_attn.bench.gpu): one CUDA GPU, about "
+                   "6 minutes; with --docs: the page's 'On a GPU' blocks (--from optional)")
+    p.add_argument("--dry-run", action="store_true", help="with --gpu-suite: tiny sizes on the CPU, seconds (checks "
+                   "the suite; not a measurement)")
+    p.add_argument("--allow-dry-run", action="store_true", help="with --gpu-suite --docs: accept dry-run JSON files")
     args = p.parse_args(argv)
-    if (args.docs is None) != (args.sources is None):
-        p.error(f"--docs {DOCS_PAGE} and --from RESULT.json ... go together")
+    check_modes(p, args)
+    args.presets_given = args.presets is not None
+    args.presets = ",".join(DEFAULT_PRESETS) if args.presets is None else args.presets
     names = sorted(hf_attn.PRESETS) if args.presets == "all" else [x.strip() for x in args.presets.split(",") if x]
     for name in names:
         if name not in hf_attn.PRESETS:
@@ -132,6 +152,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def check_modes(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--docs / --from, --gpu-suite / --dry-run: the combinations that go together; the output's default."""
+    if args.dry_run and not args.gpu_suite:
+        p.error("--dry-run goes with --gpu-suite")
+    if args.sources is not None and args.docs is None or (args.docs is not None and args.sources is None
+                                                          and not args.gpu_suite):
+        p.error(f"--docs {DOCS_PAGE} and --from RESULT.json ... go together")
+    if args.gpu_suite and args.docs is None and not args.dry_run and not torch.cuda.is_available():
+        p.error("--gpu-suite needs a CUDA GPU and torch sees none; --gpu-suite --dry-run runs it at tiny sizes on "
+                "the CPU")
+    args.output = args.output or (GPU_OUTPUT if args.gpu_suite else DEFAULTS.output)
+
+
 def bench_settings(args: argparse.Namespace) -> BenchSettings:
     """The run the parsed flags ask for."""
     return BenchSettings(
@@ -143,9 +176,42 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
         output=args.output, long=None if args.long is None else tuple(args.long), long_batch=args.long_batch)
 
 
+def gpu_suite(args: argparse.Namespace, argv: list[str]):
+    """--gpu-suite: run it and write the JSON (and its tables beside), or (--docs) rewrite the page's GPU blocks."""
+    if args.docs:
+        sources = [Path(s) for s in args.sources or []]
+        for path in sources:
+            try:
+                dry = load_gpu_result(path)["settings"]["dry_run"]
+            except NotABenchmarkResult as e:
+                raise SystemExit(f"benchmark: {path} is not a GPU suite result ({e}); pass the JSON that "
+                                 "scripts/benchmark.py --gpu-suite --output wrote")
+            if dry and not args.allow_dry_run:
+                raise SystemExit(f"benchmark: {path} is a dry run (tiny model on the CPU), not a GPU measurement; "
+                                 "pass the JSON of a run on a GPU")
+        body = gpu_block(sources)
+        update_block(Path(args.docs), GPU_MARKERS, body, "benchmark")
+        update_block(Path(args.docs), KERNEL_MARKERS, kernel_table(), "benchmark")
+        return body
+    settings = dry_run_settings() if args.dry_run else GpuSuiteSettings(device=args.device)
+    if args.presets_given:
+        settings = restricted(settings, args.presets)
+    result = run_gpu_suite(settings, "python scripts/benchmark.py " + " ".join(argv))
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_json(output, result)
+    output.with_suffix(".md").write_text(render_gpu_result(result) + "\n", encoding="utf-8")
+    print(render_gpu_result(result))
+    print(f"wrote {output} and {output.with_suffix('.md')}")
+    return result
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.gpu_suite:
+        torch.set_num_threads(args.threads)
+        return gpu_suite(args, argv)
     if args.docs:
         body = benchmark_block([Path(s) for s in args.sources])
         update_block(Path(args.docs), BENCHMARK_MARKERS, body, "benchmark")

@@ -10,13 +10,43 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # the fused Triton kernels run on CPU tensors under Triton's interpreter (read when triton is first imported, so
-# before hf_attn): every kernel is checked without a GPU (tests named *triton*)
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# before hf_attn): every kernel is checked without a GPU (tests named *triton*). HF_ATTN_TEST_DEVICE=cuda runs the
+# kernel tests on the GPU instead (fixture `test_device`), compiled: the interpreter stays off
+TEST_DEVICE = os.environ.get("HF_ATTN_TEST_DEVICE", "cpu")
+os.environ.setdefault("TRITON_INTERPRET", "0" if TEST_DEVICE.startswith("cuda") else "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from hf_attn.modeling import BASES  # noqa: E402
+from hf_attn.modeling.fused import triton_available  # noqa: E402
+
+# `@requires_triton` (or ``pytestmark = requires_triton``): a test of the fused Triton kernels, skipped where triton
+# is not installed (the kernels' test modules import triton only through hf_attn.modeling, which guards it)
+requires_triton = pytest.mark.requires_triton
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "requires_triton: needs the triton package (skipped without it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if triton_available():
+        return
+    skip = pytest.mark.skip(reason="triton is not installed (pip install triton, Linux)")
+    for item in items:
+        if item.get_closest_marker("requires_triton"):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def test_device() -> torch.device:
+    """The device kernel tests put their tensors on: HF_ATTN_TEST_DEVICE (default cpu, where the kernels run under
+    Triton's interpreter; cuda on a GPU machine: scripts/gpu_lease.sh)."""
+    if TEST_DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        pytest.fail(f"HF_ATTN_TEST_DEVICE={TEST_DEVICE} but torch sees no CUDA device; unset it to test on the CPU")
+    return torch.device(TEST_DEVICE)
+
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n 2`: two workers share the cores, one torch thread each
     torch.set_num_threads(1)

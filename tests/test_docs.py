@@ -4,7 +4,6 @@ adding a paper (docs/contributing.md) still works when built from the page's own
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import os
@@ -18,7 +17,6 @@ import pytest
 
 import hf_attn
 from hf_attn.errors import HfAttnInputError
-from hf_attn.modeling.citations import CITATIONS
 from hf_attn.reproduce import citation_docs, paper_pages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,57 +105,7 @@ def test_generated_blocks_live_in_the_docs_only():
     }
 
 
-# ------------------------------------------------------------------------------------ citations: one table
-def test_citations_in_the_docs_are_what_citations_py_gives():
-    """The README's and the index's variants tables and each paper page's citation block are written from CITATIONS
-    (and the variants' sites), by the one command."""
-    for path, text in citation_docs.citation_docs(ROOT).items():
-        assert path.read_text(encoding="utf-8") == text, (
-            f"{path.relative_to(ROOT)}: its citations differ from hf_attn/modeling/citations.py; run "
-            f"{citation_docs.COMMAND}")
-
-
-def test_every_citation_comes_from_citations_py():
-    """Every entry reads "Authors Year, Title (Venue)"; every preset cites CITATIONS entries only (a baseline's: its
-    own paper, then "; as compared in" the paper comparing with it), so no citation is typed twice."""
-    for key in CITATIONS:
-        assert citation_docs.parts(key)["year"].isdigit()
-    values = set(CITATIONS.values())
-    typed = {name: p.paper for name, p in hf_attn.PRESETS.items()
-             if not set(p.paper.split("; as compared in ")) <= values}
-    assert not typed, f"presets citing a paper typed outside hf_attn/modeling/citations.py: {typed}"
-    papers = {v: citation_docs.variant_paper(v) for v in ("softmax", "sparsemax", "entmax15", "hard-gaussian")}
-    assert papers == {"softmax": "transformer", "sparsemax": "sparsemax", "entmax15": "entmax",
-                      "hard-gaussian": "hard-coded-gaussian"}
-    assert citation_docs.short("rela") == "Zhang et al. 2021, *Sparse Attention with Linear Units*"
-    assert citation_docs.short("gmm").startswith("Zhang & Feng 2021, *") and citation_docs.short("ran").startswith(
-        "Zeng et al. 2021, *")
-
-
-@pytest.mark.slow
-def test_the_citations_command_rewrites_a_changed_citation(tmp_path, monkeypatch):
-    for name in (*citation_docs.TABLE_FILES, *(f"docs/papers/{n}.md" for n, _ in paper_pages.PAPERS.values())):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / name, tmp_path / name)
-    assert citation_docs.write_citations(tmp_path) == []
-    renamed = "Martins & Astudillo 2016, Sparsemax Renamed (ICML)"
-    sparsemax = hf_attn.ATTENTION_VARIANTS["sparsemax"]  # its presets read CITATIONS when the module was imported
-    monkeypatch.setattr(sparsemax, "presets", tuple(dataclasses.replace(
-        p, paper=p.paper.replace(CITATIONS["sparsemax"], renamed)) for p in sparsemax.presets))
-    monkeypatch.setitem(CITATIONS, "sparsemax", renamed)
-    changed = citation_docs.write_citations(tmp_path)
-    assert sorted(p.relative_to(tmp_path).as_posix() for p in changed) == ["README.md", "docs/index.md",
-                                                                           "docs/papers/rela.md"]
-    assert "Martins & Astudillo 2016, *Sparsemax Renamed*" in (tmp_path / "README.md").read_text()
-    assert "Martins & Astudillo 2016, *Sparsemax Renamed* (ICML), for `sparsemax`" in " ".join(
-        (tmp_path / "docs/papers/rela.md").read_text().split())
-    page_path = tmp_path / "docs" / "papers" / "gmm.md"
-    page_path.write_text("# GMM\n")
-    with pytest.raises(HfAttnInputError, match="gmm.md: no block between <!-- citation:start -->"):
-        citation_docs.write_citations(tmp_path)
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "write_citations.py"), "--root", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "citation:start" in proc.stderr, proc.stderr
+# the citations (one table, every generated place agrees with it): tests/test_citations.py
 
 
 @pytest.mark.slow

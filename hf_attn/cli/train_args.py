@@ -137,6 +137,10 @@ def parse_train_args(argv: list[str] | None = None):
         src, tgt = getattr(ns, "source", None) or "de", getattr(ns, "target", None) or "en"
         data = "bible" if not (getattr(ns, "train_file", None) or getattr(ns, "dataset", None)) else "data"
         argv += ["--output_dir", os.path.join("runs", f"{getattr(ns, 'preset', 'rela-g')}-{data}-{src}-{tgt}")]
+    if torch.cuda.is_available() and not given & {"optim", "use_cpu"}:
+        # CUDA: AdamW's fused kernel (a few launches per step, not a dozen per parameter tensor), which transformers
+        # picks by default only from torch 2.8 on; the CPU keeps transformers' default
+        argv += ["--optim", "adamw_torch_fused"]
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "use_cpu" not in given:
         if not torch.cuda.is_available():
             # `accelerate launch --multi_gpu --num_processes N` / torchrun on a machine without GPUs: without

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-METRICS = {"sacrebleu": "hf_attn_sacrebleu.py", "chrf": "hf_attn_chrf.py"}
+__all__ = ["METRICS", "install_metrics", "load_metric", "metric_path"]
+
+METRICS = {"sacrebleu": "hf_attn_sacrebleu.py", "chrf": "hf_attn_chrf.py"}  # metric name -> its module here
 
 
 def metric_path(name: str) -> str:
+    """The path of the `evaluate` module of metric ``name`` (a key of `METRICS`); `ValueError` for another name."""
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; valid: {sorted(METRICS)}")
     return str(Path(__file__).with_name(METRICS[name]))
@@ -40,6 +43,8 @@ def install_metrics(directory: str | Path = ".") -> list[Path]:
 
 
 def load_metric(name: str, **kwargs):
+    """``evaluate.load`` of the module shipped here for ``name`` ("sacrebleu" or "chrf"): the same metric as
+    ``evaluate.load(name)``, without the Hub. ``kwargs`` go to `evaluate.load`."""
     import evaluate
 
     return evaluate.load(metric_path(name), **kwargs)

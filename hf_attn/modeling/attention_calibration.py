@@ -111,15 +111,17 @@ class CalibratedAttention(VariantAttention):
     sites = ("cross",)
     hyperparameters = (
         Hyperparameter("calibration_fusion", str, "gate", "fusion of a and a_c: fixed (Eq. 8 as released), "
-                       "fixed_softmax (Eq. 8 as printed), anneal (Eq. 9), gate (Eq. 10) (Lu et al. 2021)", choices=FUSIONS),
+                       "fixed_softmax (Eq. 8 as printed), anneal (Eq. 9), gate (Eq. 10) (Lu et al. 2021)",
+                       choices=FUSIONS, symbol="the fusion of a and a_c (Eqs. 8-10)"),
         Hyperparameter("calibration_lambda", float, 0.1, "weight of a_c in the fixed fusion (Lu et al. 2021, Sec. "
-                       "4.2)", low=0.0),
+                       "4.2)", low=0.0, symbol="lambda (Eq. 8)"),
         Hyperparameter("calibration_anneal_steps", float, 100000.0, "T in r = exp(-step / T) of the anneal fusion "
-                       "(Lu et al. 2021, Eq. 9: 1e5 optimiser steps)", low=0.0, low_open=True),
+                       "(Lu et al. 2021, Eq. 9: 1e5 optimiser steps)", low=0.0, low_open=True,
+                       symbol="T in r = exp(-step / T) (Eq. 9)"),
         Hyperparameter("calibration_alpha", float, DEFAULT_ALPHA, "mask penalty weight (Lu et al. 2021, Eq. 5: 0.03 "
-                       "for a summed loss, rescaled for a mean loss)", low=0.0),
+                       "for a summed loss, rescaled for a mean loss)", low=0.0, symbol="alpha (Eq. 5)"),
         Hyperparameter("calibration_gate_per_head", bool, False, "one gate W_g per head (Lu et al. 2021, Eq. 10) "
-                       "instead of one shared over heads (released code)"),
+                       "instead of one shared over heads (released code)", symbol="W_g per head (Eq. 10)"),
         Hyperparameter("calibration_label_smoothing", float, 0.1, "label smoothing of CE_p in the perturbation loss "
                        "(released criterion of Lu et al. 2021: 0.1; 0 = plain CE)", low=0.0, high=1.0, high_open=True),
     )

@@ -52,15 +52,18 @@ class HardGaussianAttention(PositionalAttention):
     sites = ("encoder", "decoder", "cross")
     hyperparameters = (
         Hyperparameter("hard_gaussian_std", float, 1.0, "standard deviation sigma of the Gaussians, in positions "
-                       "(You et al. 2020: 1)", low=0.0, low_open=True),
+                       "(You et al. 2020: 1)", low=0.0, low_open=True, symbol="sigma"),
         Hyperparameter("hard_gaussian_encoder_offsets", list[int], [-1, 1], "encoder heads' centres i + offset, "
-                       "repeated over the heads (You et al. 2020: i-1, i+1)"),
+                       "repeated over the heads (You et al. 2020: i-1, i+1)",
+                       symbol="the encoder heads' centres i-1, i+1"),
         Hyperparameter("hard_gaussian_decoder_offsets", list[int], [-1, 0], "decoder heads' centres i + offset, "
-                       "repeated over the heads; > 0 would be a masked future token (You et al. 2020: i-1, i)", high=0),
+                       "repeated over the heads; > 0 would be a masked future token (You et al. 2020: i-1, i)", high=0,
+                       symbol="the decoder heads' centres i-1, i"),
         Hyperparameter("hard_gaussian_cross_offsets", list[int], [0], "cross-attention heads' centres i * r + "
-                       "offset, repeated over the heads (You et al. 2020: i * r)"),
+                       "offset, repeated over the heads (You et al. 2020: i * r)",
+                       symbol="the cross-attention heads' centre i * r"),
         Hyperparameter("hard_gaussian_length_ratio", float, 1.0, "r: mean source / target length (the "
-                       "word_count_ratio of You et al. 2020's code)", low=0.0, low_open=True),
+                       "word_count_ratio of You et al. 2020's code)", low=0.0, low_open=True, symbol="r"),
         Hyperparameter("hard_gaussian_normalize", bool, False, "renormalise the weights over the visible keys (You "
                        "et al. 2020's code does not)"),
     )
@@ -91,7 +94,8 @@ class HardGaussianAttention(PositionalAttention):
     def attend(self, q, k, v, keep, ctx):
         tgt_len, src_len, past, output_attentions = keep.q_len, v.shape[2], ctx.past, ctx.output_attentions
         with float32_autocast_off(v):
-            offsets = torch.tensor(self.offsets, device=v.device)[None, :, None, None]  # [1, H, 1, 1]
+            # [1, H, 1, 1]; copied to a GPU without waiting for it (torch.tensor(..., device=cuda) would sync)
+            offsets = torch.tensor(self.offsets)[None, :, None, None].to(v.device, non_blocking=True)
             if self.site == "decoder":  # absolute target positions; the query row is past + t
                 key_pos = torch.arange(src_len, device=v.device, dtype=torch.float32)
                 query_pos = torch.arange(past, past + tgt_len, device=v.device, dtype=torch.float32)
@@ -128,7 +132,9 @@ class SynthesizerAttention(PositionalAttention):
         Hyperparameter("synthesizer_max_positions", int, 256, "Lmax, the size of the learned [H, Lmax, Lmax] logits "
                        "= the longest input (RandomAttention maxlen 256 in the code of Zeng et al. 2021)", low=1),
         Hyperparameter("synthesizer_init", str, "xavier_uniform", "init of the logits R: xavier_uniform (Tay et al. "
-                       "2021), or ones = Syn-R of Zeng et al. 2021's code (uniform at start)", choices=SYNTHESIZER_INITS),
+                       "2021), or ones = Syn-R of Zeng et al. 2021's code (uniform at start)",
+                       choices=SYNTHESIZER_INITS,
+                       symbol="R, the Random Synthesizer's logits"),
     )
     presets = (
         Preset(

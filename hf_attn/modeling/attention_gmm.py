@@ -99,22 +99,29 @@ class GmmAttention(VariantAttention):
     sites = ("cross",)
     hyperparameters = (
         Hyperparameter("gmm_num_components", int, 4, "Gaussian components K per head (Zhang & Feng 2021, Sec. 5.3: "
-                       "best at 4)", low=1),
+                       "best at 4)", low=1, symbol="K (Sec. 5.3)"),
         Hyperparameter("gmm_normalization", str, "approximate", "approximate (Eq. 12), strict (Table 2 Our "
-                       "Method+Norm.) or synthesis (Table 2, Graves 2013) (Zhang & Feng 2021)", choices=NORMALIZATIONS),
+                       "Method+Norm.) or synthesis (Table 2, Graves 2013) (Zhang & Feng 2021)", choices=NORMALIZATIONS,
+                       symbol="the mixture's normalisation (Eq. 12)"),
         Hyperparameter("gmm_fusion", str, "gate", "fusion with dot-product attention: gate (Eq. 13); average, "
-                       "gmm_only, dot are Table 4 ablations (Zhang & Feng 2021)", choices=FUSIONS),
-        Hyperparameter("gmm_share_mean", bool, False, "one mean for all components (Zhang & Feng 2021, Table 3)"),
-        Hyperparameter("gmm_share_sigma", bool, False, "one variance for all components (Zhang & Feng 2021, Table 3)"),
-        Hyperparameter("gmm_share_weight", bool, False, "equal component weights (Zhang & Feng 2021, Table 3)"),
+                       "gmm_only, dot are Table 4 ablations (Zhang & Feng 2021)", choices=FUSIONS,
+                       symbol="the gate g fusing the two attentions (Eq. 13)"),
+        Hyperparameter("gmm_share_mean", bool, False, "one mean for all components (Zhang & Feng 2021, Table 3)",
+                       symbol="mu shared by the K components (Table 3)"),
+        Hyperparameter("gmm_share_sigma", bool, False, "one variance for all components (Zhang & Feng 2021, Table 3)",
+                       symbol="sigma shared by the K components (Table 3)"),
+        Hyperparameter("gmm_share_weight", bool, False, "equal component weights (Zhang & Feng 2021, Table 3)",
+                       symbol="equal component weights (Table 3)"),
         Hyperparameter("gmm_sigma_min", float, 0.5, "floor on sigma in source positions, not in Zhang & Feng 2021: "
-                       "below ~0.5 the mixture at integer positions no longer sums to ~1", low=0.0, low_open=True),
+                       "below ~0.5 the mixture at integer positions no longer sums to ~1", low=0.0, low_open=True,
+                       symbol="a floor on sigma (not in the paper)"),
         Hyperparameter("gmm_gate_init", float, 0.1, "the gate's initial value g0: its output bias starts at "
                        "logit(g0). Zhang & Feng 2021 give no init; 0.1 (mostly dot-product attention at first) beat 0.5 "
                        "(zero bias) in hf-attn's recipe-sensitivity runs (docs/papers/gmm.md)", low=0.0, high=1.0,
-                       low_open=True, high_open=True),
+                       low_open=True, high_open=True, symbol="g at initialisation (Eq. 13; no value in the paper)"),
         Hyperparameter("gmm_layer_subset", str, "all", "decoder layers using GMM, softmax elsewhere: all, or top2 / "
-                       "middle2 / bottom2 (Zhang & Feng 2021, Table 5)", choices=LAYER_SUBSETS),
+                       "middle2 / bottom2 (Zhang & Feng 2021, Table 5)", choices=LAYER_SUBSETS,
+                       symbol="the GMM layers (Table 5)"),
     )
     presets = (
         Preset("gmm", "GMM cross-attention, approximate normalisation, gate fusion (Table 2, Our Method); the gate "

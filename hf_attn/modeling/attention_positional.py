@@ -22,9 +22,9 @@ from .masking import KeepMask
 
 def check_right_padding(keep: KeepMask, variant: str, site: str) -> None:
     """Raise if a sequence has a padding position before a real one (left or middle padding); a key is real when
-    some query may attend to it."""
-    real = keep.real_keys()  # [B|1, 1, 1, S]
-    if real.shape[-1] > 1 and bool((real[..., 1:] & ~real[..., :-1]).any()):
+    some query may attend to it (`KeepMask.right_padded`: checked once per mask, without a device sync where the
+    mask holds no padding)."""
+    if not keep.right_padded():
         raise HfAttnConfigError(
             f"{variant} attention ({site}) uses absolute positions and needs right padding, but a sequence in this "
             "batch has padding before real tokens; pad on the right (tokenizer.padding_side = 'right')"

@@ -199,11 +199,11 @@ class RecurrentAttention(PositionalAttention):
         Hyperparameter("ran_max_positions", int, 256, "Lmax, the size of the learned attention matrices = the longest "
                        "input (Zeng et al. 2021 released code: maxlen 256)", low=1),
         Hyperparameter("ran_transition", str, "ffn", "Rec(A): ffn (released code) or tanh_layernorm (Zeng et al. "
-                       "2021, Eq. 3)", choices=TRANSITIONS),
+                       "2021, Eq. 3)", choices=TRANSITIONS, symbol="Rec(.) (Eq. 3)"),
         Hyperparameter("ran_transition_dim", int, None, "hidden size of the ffn transition; None = 4 * "
                        "ran_max_positions (1024 in the released code of Zeng et al. 2021)", low=1, nullable=True),
         Hyperparameter("ran_freeze_initial", bool, False, "freeze the initial attention matrices A_0 (Zeng et al. "
-                       "2021, Table 3)"),
+                       "2021, Table 3)", symbol="A_0 frozen (Table 3)"),
         Hyperparameter("ran_attention_dropout", float, 0.2, "dropout on RAN's attention weights (Zeng et al. 2021, "
                        "Sec. 3.1; 0 for En-Fr); None = the model's attention_dropout", low=0.0, high=1.0,
                        high_open=True, nullable=True),

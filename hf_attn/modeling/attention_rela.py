@@ -11,6 +11,7 @@ gate on/off, gain init (ones / uniform).
 
 Long inputs: when queries or keys outnumber ``rela_chunk``, alpha V is summed block by block over keys
 (`attention_blockwise`): memory grows linearly with the length, values and gradients are those of Eq. 3.
+On a GPU (`fused.use_triton`), Eq. 3 runs at any length in one fused Triton kernel (`triton_relu`) instead.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from torch.autograd.function import once_differentiable
 from .attention_base import VariantAttention
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
 from .citations import CITATIONS
+from .fused import use_triton
 from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off, weighted_values
+from .triton_relu import triton_relu_attention, triton_supports
 
 NORMS = ("rmsnorm", "layernorm", "none")
 GAIN_INITS = ("ones", "uniform")
@@ -39,15 +42,20 @@ class RelaAttention(VariantAttention):
     description = "rectified linear attention with a (gated) RMSNorm on its output (Zhang et al. 2021)"
     hyperparameters = (
         Hyperparameter("rela_activation", str, "relu", "activation on the scores: relu (Eq. 3); gelu, leaky_relu are "
-                       "Table 1 rows 9-10 (Zhang et al. 2021)", choices=ACTIVATIONS),
+                       "Table 1 rows 9-10 (Zhang et al. 2021)", choices=ACTIVATIONS,
+                       symbol="ReLU in alpha = ReLU(q k^T / sqrt(d)) (Eq. 3)"),
         Hyperparameter("rela_norm", str, "rmsnorm", "normalisation of the attention output: rmsnorm (Eq. 4); none = "
-                       "row 4 (fails to train), layernorm = row 8 (Zhang et al. 2021, Table 1)", choices=NORMS),
+                       "row 4 (fails to train), layernorm = row 8 (Zhang et al. 2021, Table 1)", choices=NORMS,
+                       symbol="LN(.) on the attention output (Eq. 3; RMSNorm, Eq. 4)"),
         Hyperparameter("rela_gate", bool, True, "sigmoid gate on the normalised output: ReLA-g (Eq. 5); false with "
-                       "rela_gain_init=uniform is ReLA-i (Zhang et al. 2021)"),
+                       "rela_gain_init=uniform is ReLA-i (Zhang et al. 2021)",
+                       symbol="sigma(w * z), the gate of ReLA-g (Eq. 5)"),
         Hyperparameter("rela_gain_init", str, "ones", "norm gain init: ones, or uniform U(-sqrt(3/dh), sqrt(3/dh)) "
-                       "for ReLA-i (Zhang et al. 2021, footnote 4)", choices=GAIN_INITS),
+                       "for ReLA-i (Zhang et al. 2021, footnote 4)", choices=GAIN_INITS,
+                       symbol="g ~ U(-sqrt(3/d_h), sqrt(3/d_h)), ReLA-i (footnote 4)"),
         Hyperparameter("rela_eps", float, 1e-8, "epsilon of the RMS statistic; keeps null-attention rows at 0 "
-                       "(not in Zhang et al. 2021)", low=0.0, low_open=True),
+                       "(not in Zhang et al. 2021)", low=0.0, low_open=True,
+                       symbol="epsilon in RMS(z) (Eq. 4; no value in the paper)"),
         Hyperparameter("rela_leaky_relu_slope", float, 0.01, "negative slope with rela_activation=leaky_relu "
                        "(Zhang et al. 2021, Table 1 row 10; PyTorch's default 0.01)", low=0.0, high=1.0),
         Hyperparameter("rela_chunk", int, 256, "queries and keys per block of the block-wise path for long inputs "
@@ -144,6 +152,10 @@ class RelaAttention(VariantAttention):
             init.uniform_(self.rela_gate_weight, -bound, bound)
 
     def attend(self, q, k, v, keep, ctx):
+        if use_triton(self, q, ctx.output_attentions) and triton_supports(q, k, keep):  # the fused kernel, any length
+            out, _, _ = triton_relu_attention(q, k, v, keep, activation=self.activation, slope=self.leaky_slope,
+                                              dropout=self.attn_dropout, scale=self.scaling)
+            return out, None
         if use_blocks(q.shape[2], k.shape[2], self.chunk, ctx.output_attentions):  # long inputs
             out, _, _ = blockwise_relu_attention(q * self.scaling, k, v, keep, activation=self.activation,
                                                  slope=self.leaky_slope, dropout=self.attn_dropout, chunk=self.chunk)
@@ -180,34 +192,48 @@ def rela_norm(o, norm, eps, gain, bias, gate_weight):
     """LN(o) of Eq. 4-5 over the concatenated heads, computed in float32 (even under autocast), in o's dtype.
 
     RMSNorm (Eq. 4) or LayerNorm (Table 1 row 8), then the sigmoid gate of ReLA-g (Eq. 5), which reads the
-    un-normalised input.
+    un-normalised input. A float16/bfloat16 o is not copied to float32: its statistic accumulates in float32
+    (`mean_square`) and its products with that statistic and the float32 parameters are float32 by type promotion;
+    one cast back to o's dtype at the end.
     """
-    if o.dtype != torch.float32 or torch.is_autocast_enabled(o.device.type):
-        with float32_autocast_off(o):
-            return rela_norm(o.float(), norm, eps, gain, bias, gate_weight).to(o.dtype)
-    # the same n as `norm_parts`; in place where nothing needs a gradient (this runs at every decoding step, where
-    # it is 30% faster than F.rms_norm on CPU)
+    with float32_autocast_off(o):
+        y = _rela_norm32(o, norm, eps, gain.float(), bias, gate_weight)
+    return y if y.dtype == o.dtype else y.to(o.dtype)
+
+
+def mean_square(o: torch.Tensor) -> torch.Tensor:
+    """mean(o^2) over the last axis, float32 ``[..., 1]``: accumulated in float32 also for a float16/bfloat16 o."""
+    if o.dtype == torch.float32:
+        return o.square().mean(-1, keepdim=True)
+    return torch.linalg.vector_norm(o, dim=-1, keepdim=True, dtype=torch.float32).square() / o.shape[-1]
+
+
+def _rela_norm32(o, norm, eps, gain, bias, gate_weight):
+    """`rela_norm` in float32 (o in its own dtype, ``gain`` float32); in place where nothing needs a gradient (this
+    runs at every decoding step, where it is 30% faster than F.rms_norm on CPU)."""
+    grad = torch.is_grad_enabled()
     if norm == "rmsnorm":  # Eq. 4: z / RMS(z) * g, 1 / RMS(z) = (mean(z^2) + eps)^-1/2
-        if torch.is_grad_enabled():
-            y = o * torch.rsqrt(o.square().mean(-1, keepdim=True) + eps) * gain.float()
+        if grad:
+            y = o * torch.rsqrt(mean_square(o) + eps) * gain
         else:
-            y = torch.mul(o, o.square().mean(-1, keepdim=True).add_(eps).rsqrt_()).mul_(gain.float())
+            y = torch.mul(o, mean_square(o).add_(eps).rsqrt_()).mul_(gain)
     else:
-        y = F.layer_norm(o, (o.shape[-1],), gain.float(), bias.float(), eps)
+        y = F.layer_norm(o.float(), (o.shape[-1],), gain, bias.float(), eps)
     if gate_weight is None:
         return y
-    if torch.is_grad_enabled():
+    if grad:
         return y * torch.sigmoid(gate_weight.float() * o)  # Eq. 5
     return y.mul_(torch.mul(gate_weight.float(), o).sigmoid_())
 
 
 def norm_parts(z, norm, eps, gain, bias, gate_weight):
-    """The float32 pieces of LN(z) = n * s that the forward and `NormThenProject`'s backward share:
-    zhat = (z - mean) / RMS (Eq. 4; the mean only for LayerNorm), r = 1 / RMS, n = zhat * g (+ bias), and the gate
-    s = sigmoid(w * z) of Eq. 5 (None without the gate)."""
-    centred = z if norm == "rmsnorm" else z - z.mean(-1, keepdim=True)
+    """The float32 pieces of LN(z) = n * s that `NormThenProject`'s backward recomputes (z in its own dtype:
+    float16/bfloat16 is promoted, not copied): zhat = (z - mean) / RMS (Eq. 4; the mean only for LayerNorm),
+    r = 1 / RMS, n = zhat * g (+ bias), and the gate s = sigmoid(w * z) of Eq. 5 (None without the gate)."""
+    centred = z if norm == "rmsnorm" else z - z.mean(-1, keepdim=True, dtype=torch.float32)
     # 1 / RMS = (||z||^2 / d + eps)^-1/2, Eq. 4 (LayerNorm: 1 / std); the norm reads z once, writes nothing big
-    r = torch.rsqrt(torch.linalg.vector_norm(centred, dim=-1, keepdim=True).square() / z.shape[-1] + eps)
+    norm2 = torch.linalg.vector_norm(centred, dim=-1, keepdim=True, dtype=torch.float32).square_()
+    r = norm2.div_(z.shape[-1]).add_(eps).rsqrt_()
     zhat = centred * r
     n = zhat * gain.float() if bias is None else torch.addcmul(bias.float(), zhat, gain.float())
     s = None if gate_weight is None else torch.sigmoid(gate_weight.float() * z)  # Eq. 5
@@ -217,39 +243,46 @@ def norm_parts(z, norm, eps, gain, bias, gate_weight):
 class NormThenProject(torch.autograd.Function):
     """``out_proj(LN(o))`` (Eq. 3-5) that keeps only o for backward, which recomputes the elementwise LN(o) instead
     of storing it: one ``[B,T,d]`` tensor per attention site, as much as softmax attention keeps for its out_proj.
-    The matmuls run once each, in the dtype out_proj ran in (autocast's, when on), as nn.Linear's backward does; LN's
-    gradient is written out (torch.compile traces it into one graph, which ``torch.autograd.grad`` would break)."""
+    The matmuls run once each, in the dtype out_proj runs in (autocast's, when on), as nn.Linear's do; the weight cast
+    to that dtype is kept for backward (as autocast's cast is for nn.Linear), not cast again. LN's gradient is written
+    out (torch.compile traces it into one graph, which ``torch.autograd.grad`` would break), in float32, reading o and
+    the upstream gradient in their own dtypes (type promotion, no float32 copies)."""
 
     @staticmethod
     def forward(ctx, o, weight, bias, norm, eps, gain, norm_bias, gate_weight):
-        ctx.norm, ctx.eps = norm, eps
-        ctx.save_for_backward(o, weight, gain, norm_bias, gate_weight)
-        return F.linear(rela_norm(o, norm, eps, gain, norm_bias, gate_weight), weight, bias)
+        device = o.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else o.dtype
+        w = weight.to(dtype)
+        ctx.norm, ctx.eps, ctx.weight_dtype = norm, eps, weight.dtype
+        ctx.save_for_backward(o, w, gain, norm_bias, gate_weight)
+        y = rela_norm(o, norm, eps, gain, norm_bias, gate_weight)
+        return F.linear(y if y.dtype == dtype else y.to(dtype), w, bias)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        o, weight, gain, norm_bias, gate_weight = ctx.saved_tensors
+        o, w, gain, norm_bias, gate_weight = ctx.saved_tensors
         need = ctx.needs_input_grad
         rows = tuple(range(grad.dim() - 1))
         with float32_autocast_off(o):
-            z, g = o.float(), gain.float()
-            zhat, r, n, s = norm_parts(z, ctx.norm, ctx.eps, gain, norm_bias, gate_weight)
+            g = gain.float()
+            zhat, r, n, s = norm_parts(o, ctx.norm, ctx.eps, gain, norm_bias, gate_weight)
             y32 = n if s is None else n * s
-            y = y32.to(o.dtype)  # LN(o) as the forward gave it to out_proj
-            grad_weight = None
-            if need[1]:
-                grad_weight = (grad.flatten(0, -2).T @ y.flatten(0, -2).to(grad.dtype)).to(weight.dtype)
-            grad_bias = grad.sum(rows).to(weight.dtype) if need[2] else None
-            gy = (grad @ weight.to(grad.dtype)).to(o.dtype).float()
+            grad_weight = grad_bias = None
+            if need[1]:  # LN(o) as the forward gave it to out_proj
+                y = y32.to(w.dtype)
+                grad_weight = (grad.flatten(0, -2).T @ y.flatten(0, -2)).to(ctx.weight_dtype)
+            if need[2]:
+                grad_bias = grad.sum(rows, dtype=ctx.weight_dtype)
+            gy = grad @ w  # out_proj's dtype; promoted to float32 by the float32 factors below
             gn = gy if s is None else gy * s
             grad_gain = (gn * zhat).sum(rows).to(gain.dtype) if need[5] else None
-            grad_norm_bias = gn.sum(rows).to(norm_bias.dtype) if need[6] else None
+            grad_norm_bias = gn.sum(rows, dtype=torch.float32).to(norm_bias.dtype) if need[6] else None
             grad_gate = grad_z = None
             if s is not None:  # y = n * sigmoid(w * z): d y / d(w * z) = n * s * (1 - s) = y * (1 - s)
                 gate_pre = gy * y32
                 gate_pre.addcmul_(gate_pre, s, value=-1)
-                grad_gate = (gate_pre * z).sum(rows).to(gate_weight.dtype) if need[7] else None
+                grad_gate = (gate_pre * o).sum(rows).to(gate_weight.dtype) if need[7] else None
             if need[0]:  # through zhat = centred / RMS(centred): r * (gzhat - zhat * mean(gzhat * zhat))
                 grad_z = gn * g
                 dot = (grad_z * zhat).mean(-1, keepdim=True)

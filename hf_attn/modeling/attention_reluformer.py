@@ -23,6 +23,7 @@ the attention runs block-wise over queries and keys (`attention_blockwise`): h a
 (sum_j s_ij and sum_j s_ij log s_ij) are sums over keys, accumulated block by block, and the backward pass
 recomputes each block, so memory grows linearly with the length. Same values and gradients as the full computation.
 Shorter inputs run the same kernel as one block whenever the statistics are needed (its backward is written out).
+On a GPU (`fused.use_triton`), h and both row sums come at any length from one fused Triton kernel (`triton_relu`).
 
 Table 5 ablations are config switches: ``reluformer_scale=False`` (no variance reduction factor; the paper
 reports divergence) and ``reluformer_reg_weight=0`` (no regulariser).
@@ -44,8 +45,10 @@ from .attention_base import VariantAttention
 from .attention_blockwise import blockwise_relu_attention, use_blocks
 from .cache import CACHE_KWARG
 from .citations import CITATIONS
+from .fused import use_triton
 from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off
+from .triton_relu import triton_relu_attention, triton_supports
 
 RELUFORMER_PAPER = CITATIONS["reluformer"]
 VARIANT = "reluformer"
@@ -57,7 +60,7 @@ def visible_keys(keep) -> torch.Tensor:
 
 
 def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropout=0.0, eps=1e-6,
-                         entropy_bound=0.7, need_weights=False, chunk=0, stats=True, stats_grad=True):
+                         entropy_bound=0.7, need_weights=False, chunk=0, stats=True, stats_grad=True, fused=False):
     """ReLUFormer attention.
 
     q ``[B,H,T,dh]`` (unscaled), k/v ``[B,H,S,dh]``, keep a `KeepMask`; block-wise over ``chunk`` queries and keys
@@ -65,7 +68,8 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     statistics): ``{"norm": |log sum s|, "margin": max(H(p) - C, 0), "entropy": H(p), "row_sum": sum s,
     "rows": n > 0}``, float32 ``[B,H,T]`` (bool for rows); a row without any visible key has rows False and zero
     statistics. ``stats=False``: no statistics (None), for passes that cannot use L_reg (incremental decoding);
-    ``stats_grad=False``: statistics without a graph (for the logs alone: L_reg not in the loss).
+    ``stats_grad=False``: statistics without a graph (for the logs alone: L_reg not in the loss). ``fused``: run the
+    fused Triton kernel (`triton_relu`) where it supports the call (the caller asks `fused.use_triton`).
     """
     n = visible_keys(keep)
     nf = n.clamp(min=1).float()
@@ -76,7 +80,9 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
         q = q * scaling
     weights = None
     blocks = use_blocks(q.shape[2], k.shape[2], chunk, need_weights)
-    if blocks or stats and not need_weights:
+    if fused and not need_weights and triton_supports(q, k, keep):  # Eq. 5-7 in one fused kernel, any length
+        ctx, raw_total, s_log_s = triton_relu_attention(q, k, v, keep, dropout=dropout, stats=stats)
+    elif blocks or stats and not need_weights:
         # the kernel of `attention_blockwise` with its gradient written out: block-wise for long inputs, else one
         # block (the statistics' half dozen [B,H,T,S] passes and their autograd nodes fused)
         chunk = chunk if blocks else max(q.shape[2], k.shape[2])
@@ -101,12 +107,12 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
 
 def row_statistics(raw_total, s_log_s, nf, rows, eps, entropy_bound) -> dict:
     """Eq. 7's terms per row from its two sums over keys (``[B,H,T]``, float32); ``nf``, ``rows`` ``[B|1,1,T]``.
-    "norm" and "margin" carry L_reg's gradient (`RegTerms`); "entropy" and "row_sum" are for the logs."""
+    "norm" and "margin" carry L_reg's gradient (`RegTerms`); "entropy" and "row_sum" are for the logs. ``rows``
+    (bool) multiplies float32 terms as it is: type promotion, no float copy."""
     with float32_autocast_off(raw_total):
-        rows = rows.to(raw_total.dtype)
         norm, margin, entropy = RegTerms.apply(raw_total, s_log_s, entropy_bound * nf.log(), rows, eps)
     return {"norm": norm, "margin": margin, "entropy": entropy, "row_sum": raw_total.detach() * rows,
-            "rows": rows.bool().expand_as(raw_total)}
+            "rows": rows.expand_as(raw_total)}
 
 
 def head_sums(stats: dict) -> dict:
@@ -117,7 +123,7 @@ def head_sums(stats: dict) -> dict:
 
 
 class RegTerms(torch.autograd.Function):
-    """(|log S|, max(H(p) - C, 0), H(p)) per row, times the 0/1 ``rows``, from S = sum_j s_ij (clamped to ``eps``)
+    """(|log S|, max(H(p) - C, 0), H(p)) per row, times the bool ``rows`` (0/1), from S = sum_j s_ij (clamped to ``eps``)
     and sum_j s_ij log s_ij (Eq. 7): H(p) = max(log S - sum_j s_ij log s_ij / S, 0). Backward keeps the two sums
     alone (not the half dozen intermediates autograd would keep per attention module until the loss is formed) and
     gives plain autograd's gradient, subgradients included (clamp: 1 at the bound; relu and |.|: 0 at 0)."""
@@ -161,14 +167,17 @@ class ReluFormerAttention(VariantAttention):
     )
     hyperparameters = (
         Hyperparameter("reluformer_scale", bool, True, "divide by the variance reduction factor gamma sqrt(n/2) "
-                       "(Shen et al. 2023, Eq. 6); false = Table 5 '- scale factor' (diverges)"),
+                       "(Shen et al. 2023, Eq. 6); false = Table 5 '- scale factor' (diverges)",
+                       symbol="gamma sqrt(n/2) (Eq. 6)"),
         Hyperparameter("reluformer_gamma", float, 1.0, "gamma in gamma sqrt(n/2) (Shen et al. 2023, Eq. 6 gives no "
-                       "value)", low=0.0, low_open=True),
+                       "value)", low=0.0, low_open=True, symbol="gamma (Eq. 6)"),
         Hyperparameter("reluformer_reg_weight", float, 0.05, "weight of L_reg (Eq. 7) in the loss; Shen et al. 2023 "
                        "give none. 0.05: at weight 1 the attention collapses and BLEU falls far below softmax "
-                       "(hf-attn's recipe sensitivity runs, docs/papers/reluformer.md); 0 = Table 5 '- reg loss'", low=0.0),
+                       "(hf-attn's recipe sensitivity runs, docs/papers/reluformer.md); 0 = Table 5 '- reg loss'",
+                       low=0.0,
+                       symbol="the weight of L_reg (Eq. 7; no value in the paper)"),
         Hyperparameter("reluformer_entropy_bound", float, 0.7, "C = value * log n in L_reg's entropy margin (Shen et "
-                       "al. 2023, Appendix A)", low=0.0),
+                       "al. 2023, Appendix A)", low=0.0, symbol="C = value * log n (Appendix A)"),
         Hyperparameter("reluformer_eps", float, 1e-6, "floor on the row sum before the log (an all-zero row has sum "
                        "0; not in Shen et al. 2023)", low=0.0, high=1e-2, low_open=True),
         Hyperparameter("reluformer_query_chunk", int, 256, "queries and keys per block of the block-wise path for "
@@ -212,6 +221,7 @@ class ReluFormerAttention(VariantAttention):
             q, k, v, keep, scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
             eps=self.eps, entropy_bound=self.entropy_bound, need_weights=ctx.output_attentions, chunk=self.query_chunk,
             stats=self.wants_statistics(ctx), stats_grad=self.regularised,
+            fused=use_triton(self, q, ctx.output_attentions),
         )
         if stats is not None:  # per-row statistics for L_reg (`model_losses`)
             ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = head_sums(stats)

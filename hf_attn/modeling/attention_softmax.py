@@ -2,6 +2,15 @@
 
 Softmax: Vaswani et al. 2017, Eq. 1. sparsemax (Martins & Astudillo 2016) and 1.5-entmax (Peters et al. 2019)
 replace softmax, as in Zhang, Titov & Sennrich 2021 (ReLA paper, Table 1 rows 2-3), using the `entmax` package.
+
+On CUDA tensors with the `adasplash` package installed (``pip install hf-attn[gpu]``), the normaliser is AdaSplash's
+Triton entmax instead (Gonçalves et al. 2025, "AdaSplash: Adaptive Sparse Flash Attention"; BSD-3-Clause): one
+kernel per row block for the forward and one for the backward, in place of the package's sort, cumulative sums and
+their autograd nodes. It finds the same threshold tau (alpha = 2: sparsemax, 1.5: 1.5-entmax) by a histogram
+initialisation and `ADASPLASH_ITERATIONS` hybrid Halley/Newton/secant steps, exact to float32 rounding (the test
+compares values and gradients with the `entmax` package). `fused.use_triton` decides, as for every fused kernel:
+not for ``output_attentions`` or ``attn_implementation="eager"``, nor under ``HF_ATTN_KERNELS=eager``, which is how
+to time or check the `entmax` package's path on a GPU.
 """
 
 from __future__ import annotations
@@ -11,12 +20,17 @@ import torch
 from .attention_base import VariantAttention
 from .citations import CITATIONS
 from .hyperparameters import Preset, all_sites
+from .fused import use_triton
 from .kernels import float32_autocast_off, softmax_attention, weighted_values
 
 try:  # optional extra: pip install entmax
     from entmax import entmax15, sparsemax
 except ImportError:  # pragma: no cover - exercised by a test that hides the package
     entmax15 = sparsemax = None
+try:  # optional extra [gpu]: AdaSplash's Triton entmax, used on CUDA tensors
+    from adasplash import triton_entmax as adasplash_entmax
+except ImportError:  # pragma: no cover - the CPU install
+    adasplash_entmax = None
 
 TRANSFORMER_PAPER = CITATIONS["transformer"]
 RELA_PAPER = CITATIONS["rela"]
@@ -25,6 +39,8 @@ ENTMAX_PAPER = CITATIONS["entmax"]
 
 # A finite fill for masked scores: entmax's sort/threshold never selects them, and no -inf can turn into NaN.
 MASKED_SCORE = -1e9
+# AdaSplash's threshold iterations after its histogram initialisation (its default): float32-exact on attention rows
+ADASPLASH_ITERATIONS = 2
 
 
 class SoftmaxAttention(VariantAttention):
@@ -82,6 +98,17 @@ def entmax15_forward(z: torch.Tensor) -> torch.Tensor:
     return (z - tau.gather(-1, support - 1)).clamp_min(0).square()
 
 
+def adasplash_normalise(scores: torch.Tensor, alpha: float) -> torch.Tensor:
+    """alpha-entmax over the last axis of float32 ``scores`` with AdaSplash's Triton kernels (alpha = 2: sparsemax,
+    1.5: 1.5-entmax), differentiable; exactly 0 on the masked (``MASKED_SCORE``) keys, like the `entmax` package."""
+    return adasplash_entmax(scores.contiguous(), alpha=alpha, n_iter=ADASPLASH_ITERATIONS, use_histogram=True)
+
+
+def as_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 and contiguous, in one copy (none when it is both already)."""
+    return x.to(torch.float32, memory_format=torch.contiguous_format)
+
+
 class _EntmaxFamilyAttention(VariantAttention):
     """p = normaliser(q k^T / sqrt(dh)) over the visible keys, computed in float32; out = dropout(p) V."""
 
@@ -95,16 +122,25 @@ class _EntmaxFamilyAttention(VariantAttention):
         """The same values without autograd (decoding, evaluation)."""
         raise NotImplementedError
 
+    alpha: float = 0.0  # the entmax alpha (AdaSplash's kernels take it as a number)
+
     def setup(self, config):
         require_entmax(self.variant)
 
+    def normalise(self, scores: torch.Tensor, need_weights: bool) -> torch.Tensor:
+        """The normaliser for ``scores``: AdaSplash's Triton kernels on a CUDA tensor when installed and
+        `use_triton` allows it, else the `entmax` package (with a gradient) or `forward_only` (without)."""
+        if adasplash_entmax is not None and scores.is_cuda and use_triton(self, scores, need_weights):
+            return adasplash_normalise(scores, self.alpha)
+        return self.normaliser(scores) if scores.requires_grad else self.forward_only(scores)
+
     def attend(self, q, k, v, keep, ctx):
         with float32_autocast_off(q):
-            # a row with no visible key sees all: entmax would index -1 on it
-            scores = keep.scale_and_fill(torch.matmul(q.float(), k.float().transpose(-1, -2)), self.scaling,
+            # float32 q and k, each one copy already laid out for the matmul (which would copy the [B, T, H, dh]
+            # views of the projections once more); a row with no visible key sees all: entmax would index -1 on it
+            scores = keep.scale_and_fill(torch.matmul(as_float32(q), as_float32(k).transpose(-1, -2)), self.scaling,
                                          MASKED_SCORE)
-            normalise = self.normaliser if scores.requires_grad else self.forward_only
-            weights = normalise(scores)  # exactly 0 on the masked keys: no "* keep" needed
+            weights = self.normalise(scores, ctx.output_attentions)  # exactly 0 on the masked keys: no "* keep"
         return weighted_values(weights, v, self.attn_dropout, self.training, need_weights=True)
 
 
@@ -112,6 +148,7 @@ class SparsemaxAttention(_EntmaxFamilyAttention):
     """sparsemax(z) = argmin_p ||p - z||^2 over the simplex (Martins & Astudillo 2016, Eq. 2)."""
 
     variant = "sparsemax"
+    alpha = 2.0
     description = "sparsemax instead of softmax (Martins & Astudillo 2016; baseline of the ReLA paper)"
     presets = (
         Preset(
@@ -133,6 +170,7 @@ class Entmax15Attention(_EntmaxFamilyAttention):
     """1.5-entmax(z) = argmax_p p^T z + H^T_1.5(p) (Peters et al. 2019, Eq. 9 with alpha = 1.5)."""
 
     variant = "entmax15"
+    alpha = 1.5
     description = "1.5-entmax instead of softmax (Peters et al. 2019; baseline of the ReLA paper)"
     presets = (
         Preset(

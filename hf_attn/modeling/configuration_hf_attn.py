@@ -5,7 +5,9 @@ Sites: ``encoder_attention`` (encoder self-attention), ``decoder_attention`` (de
 name per layer. ``*_attention_layers`` optionally restricts a site's variant to some layers (others: softmax).
 Variant hyperparameters are flat fields (``rela_norm``, ``gmm_num_components``, ...) with the papers' defaults,
 declared once by each variant's ``hyperparameters`` (`Hyperparameter`: type, default, valid values, help), and
-checked by one generic checker. Validation never changes the config; the construction only puts values in their
+checked by one generic checker. ``attention_kernels`` picks where attention runs: ``"auto"`` (the fused Triton kernels on CUDA where triton is
+installed), ``"triton"`` or ``"eager"`` (`fused.use_triton`; ``HF_ATTN_KERNELS`` overrides it). Validation never
+changes the config; the construction only puts values in their
 declared type (2.0 -> 2 for an int field, tuples -> lists: values read back from JSON) and maps the old variant name
 ``relu`` to ``reluformer``.
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from huggingface_hub.dataclasses import strict
 from transformers import BartConfig, MarianConfig
 
+from .fused import check_kernel_mode
 from .hyperparameters import SITES, HfAttnConfigError, Hyperparameter, did_you_mean
 from .kernels import register
 from .presets import PRESETS
@@ -56,6 +59,7 @@ class HfAttnConfigMixin:
     decoder_attention_layers: list | None = None
     cross_attention_layers: list | None = None
     preset: str | None = None
+    attention_kernels: str = "auto"  # "auto" | "triton" | "eager": fused Triton kernels or the eager path (fused.py)
 
     def __post_init__(self, **kwargs):
         register()  # the "hf_attn" attention implementation this config's models run under
@@ -120,6 +124,7 @@ class HfAttnConfigMixin:
     def validate_attention(self) -> None:
         """One clear error for a bad site variant, layer list or hyperparameter; never changes the config."""
         self.validate_sites()
+        check_kernel_mode(self.attention_kernels)
         for hp in hyperparameters().values():  # every hyperparameter is checked, used here or not
             hp.check(getattr(self, hp.name))
         for cls in ATTENTION_VARIANTS.values():  # cross-field rules

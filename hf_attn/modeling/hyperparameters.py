@@ -28,8 +28,11 @@ class Preset:
 
     name: str
     description: str
-    paper: str
+    paper: str  # str() of `citations.CITATIONS` entries: "Authors Year, Title (Venue)" (a baseline: "; as compared in")
     overrides: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "paper", str(self.paper))  # a `Citation` as its one-line form
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,13 +135,15 @@ class Hyperparameter(ValidValues):
     and a help line.
 
     ``nullable``: None is valid too (its meaning is in ``help``). ``help`` is one line and cites the paper (or the
-    code) the default comes from.
+    code) the default comes from. ``symbol``: the paper's symbol for it and where it appears (``"epsilon in
+    RMS(z), Eq. 4"``), or "" where the paper has none (an implementation choice); docs/api.md lists it.
     """
 
     name: str
     type: object
     default: object
     help: str
+    symbol: str = ""
 
     def __post_init__(self):
         if isinstance(self.default, list):  # stored as a tuple: the declaration is frozen and hashable

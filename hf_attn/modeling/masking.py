@@ -111,6 +111,18 @@ class KeepMask:
             return torch.ones(1, 1, 1, self.k_len, dtype=torch.bool, device=self.device)
         return mask.any(dim=-2, keepdim=True)
 
+    def right_padded(self) -> bool:
+        """True when no sequence has a hidden key before a real one (`real_keys`: padding on the right, or none).
+        Known without looking at the mask when it holds neither padding nor an explicit pattern; else one host check
+        (a device sync on a GPU), once per mask object, which a stack's layers share."""
+        if self.explicit is None and self.padding is None:
+            return True
+        return self._once("_right_padded", self._build_right_padded)
+
+    def _build_right_padded(self) -> bool:
+        real = self.real_keys()
+        return real.shape[-1] <= 1 or not bool((real[..., 1:] & ~real[..., :-1]).any())
+
     def block_hidden(self, q0: int, q1: int, k0: int) -> bool:
         """True when no query of ``q0:q1`` may see any key from ``k0`` on (causal blocks above the diagonal)."""
         return self.explicit is None and self.causal and k0 > q1 - 1 + self.offset

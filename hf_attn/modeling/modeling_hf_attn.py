@@ -12,7 +12,9 @@ Every forward pass hands the layers one `ForwardState` (keyword ``hf_attn_state`
 ``attn_implementation`` requests (the config path and `set_attn_implementation` alike) are checked by
 `check_attn_implementation`: ``"eager"`` (what users and transformers' tests set to get attention weights) is
 accepted for every variant, ``"sdpa"`` where every site is softmax; whatever is accepted, every site keeps running
-hf-attn's own implementation, so the outputs never depend on the request.
+hf-attn's own implementation, so the outputs never depend on the request. ``"eager"`` also keeps every module off the
+fused Triton kernels (``eager_attention``, see `fused.use_triton`), as does a forward pass that asks for attention
+weights or details.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .attention_base import VariantAttention, attention_class
 from .cache import CACHE_KWARG, HfAttnCache, pop_cache
 from .configuration_hf_attn import HfAttnBartConfig, HfAttnMarianConfig
 from .forward_state import FORWARD_STATE_KWARG, ForwardState
+from .fused import set_eager_attention
 from .hyperparameters import SITES, HfAttnConfigError
 from .kernels import ATTN_IMPLEMENTATION, register
 from .masking import is_prepared_keep_mask
@@ -127,6 +130,7 @@ class HfAttnModelMixin:
         self.requested_attn_implementation = requested
         self._step_driven = False  # set_training_step has been called (schedules follow training)
         self._swap_attention_modules()
+        self._apply_eager_request()
         self.post_init()
 
     # ---- construction ---------------------------------------------------------------------------------------
@@ -184,6 +188,12 @@ class HfAttnModelMixin:
             attn_implementation = attn_implementation.get("", ATTN_IMPLEMENTATION)
         check_attn_implementation(attn_implementation, [cls.variant for cls in self.variant_classes()])
         self.requested_attn_implementation = attn_implementation
+        self._apply_eager_request()
+
+    def _apply_eager_request(self) -> None:
+        """``eager_attention`` on every attention module: True when ``attn_implementation="eager"`` was requested
+        (the eager torch path, never the fused kernels), else False (`fused.use_triton` decides)."""
+        set_eager_attention(self.attention_modules(), self.requested_attn_implementation == EAGER)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -257,7 +267,16 @@ class HfAttnModelMixin:
         if cache is None and labels is None and (self.config.use_cache if use_cache is None else use_cache):
             # the cache the decoder would create, as an HfAttnCache (stock transformers makes a plain one)
             call = {**inputs, CACHE_KWARG: HfAttnCache(DynamicCache(config=self.config), DynamicCache(config=self.config))}
-        out = super().forward(**call, return_dict=True, **{FORWARD_STATE_KWARG: state})
+        # attention weights or the variants' internal maps exist only on the eager path: the fused kernels never
+        # materialise them (analysis asks for them this way)
+        wants_maps = output_attention_details or kwargs.get("output_attentions") or self.config.output_attentions
+        if wants_maps:
+            set_eager_attention(self.attention_modules(), True)
+        try:
+            out = super().forward(**call, return_dict=True, **{FORWARD_STATE_KWARG: state})
+        finally:
+            if wants_maps:
+                self._apply_eager_request()
         # a pure inference call (generate, transformers' inference checks) has no loss the auxiliary terms could
         # be part of: it returns exactly stock's fields
         pure_inference = not self.training and labels is None and not torch.is_grad_enabled()

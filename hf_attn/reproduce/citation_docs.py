@@ -1,15 +1,19 @@
-"""The citations in the documentation, written from `CITATIONS` (hf_attn/modeling/citations.py), where each one is
-typed once. `python scripts/write_citations.py` rewrites them; tests/test_docs.py fails while one differs:
+"""The citations in the documentation and the repository, written from `CITATIONS` (hf_attn/modeling/citations.py),
+where each one is typed once. `python scripts/write_citations.py` rewrites them; tests/test_citations.py fails while
+one differs:
 
 - each paper page, ``docs/papers/<key>.md`` for every page of `paper_pages.PAPERS`, opens with the block between
-  `PAGE_START` and `PAGE_END`: its paper's citation, ``CITATIONS[<key>]``, then the papers of the baselines it
-  documents (the other variants of its `PAPERS` entry);
+  `PAGE_START` and `PAGE_END`: its paper's citation, ``CITATIONS[<key>]`` (its title linked to the publication),
+  then the papers of the baselines it documents (the other variants of its `PAPERS` entry); it ends with the block
+  between `BIBTEX_START` and `BIBTEX_END`: the BibTeX entries of the same papers;
 - in the tables between `TABLE_START` and `TABLE_END` (`TABLE_FILES`: the README's variants, the documentation's
-  papers), each row's ``paper`` cell cites the papers of the variants named in its ``variant`` cell (short form)
-  and its ``sites`` cell, where the table has one, says where they may run; the other cells are left as written.
+  papers), each row's ``paper`` cell cites the papers of the variants named in its ``variant`` cell (short form,
+  titles linked) and its ``sites`` cell, where the table has one, says where they may run; the other cells are left
+  as written;
+- ``CITATION.cff`` at the repository root: hf-attn's own entry (`citation_cff`).
 
 A variant's paper is the `CITATIONS` entry its presets' ``paper`` begins with (a baseline's preset adds "; as
-compared in <the paper that compares with it>"), so presets, model cards and docs cite one string.
+compared in <the paper that compares with it>"), so presets, model cards and docs cite one entry.
 """
 
 from __future__ import annotations
@@ -20,71 +24,80 @@ from pathlib import Path
 
 from ..errors import HfAttnInputError
 from ..io_utils import with_marked_block
-from ..modeling.citations import CITATIONS
+from ..modeling.citations import CITATIONS, Citation
 from ..modeling.hyperparameters import SITES
 from ..modeling.registry import ATTENTION_VARIANTS
+from .citation_cff import CFF_FILE, citation_cff
 from .paper_pages import PAPER_PAGE, PAPERS
 
 COMMAND = "python scripts/write_citations.py"
 PAGE_START, PAGE_END = "<!-- citation:start -->", "<!-- citation:end -->"
+BIBTEX_START, BIBTEX_END = "<!-- bibtex:start -->", "<!-- bibtex:end -->"
 TABLE_START, TABLE_END = "<!-- variants-table:start -->", "<!-- variants-table:end -->"
 TABLE_FILES = ("README.md", "docs/index.md")  # under the repository root
 WIDTH = 116  # the line length of the pages' prose
-CITATION = re.compile(r"(?P<authors>.+) (?P<year>\d{4}), (?P<title>.+) \((?P<venue>[^()]+)\)")
 
 
-def parts(key: str) -> dict:
-    """``CITATIONS[key]`` as authors, year, title and venue ("Authors Year, Title (Venue)")."""
-    m = CITATION.fullmatch(CITATIONS[key])
-    if not m:
-        raise HfAttnInputError(f"CITATIONS[{key!r}] = {CITATIONS[key]!r} is not 'Authors Year, Title (Venue)'; "
-                               "write it so in hf_attn/modeling/citations.py")
-    return m.groupdict()
+def citation(key: str) -> Citation:
+    if key not in CITATIONS:
+        raise HfAttnInputError(f"CITATIONS has no entry {key!r} (hf_attn/modeling/citations.py); valid keys: "
+                               f"{sorted(CITATIONS)}")
+    return CITATIONS[key]
 
 
-def short_authors(authors: str) -> str:
-    """"A" and "A & B" as they are, three authors or more as "A et al."."""
-    names = re.split(r", | & ", authors)
-    return authors if authors.endswith("et al.") or len(names) <= 2 else f"{names[0]} et al."
+def _title(c: Citation) -> str:
+    """The title in italics, linked to the publication's page when the entry has one."""
+    return f"[*{c.title}*]({c.url})" if c.url else f"*{c.title}*"
 
 
 def full(key: str) -> str:
-    """Markdown: ``Authors Year, *Title* (Venue)``."""
-    p = parts(key)
-    return f"{p['authors']} {p['year']}, *{p['title']}* ({p['venue']})"
+    """Markdown: ``Authors Year, *Title* (Venue)``, the title linked."""
+    c = citation(key)
+    return f"{c.author_text} {c.year}, {_title(c)} ({c.venue})"
 
 
 def short(key: str) -> str:
-    """Markdown for a table cell: ``A et al. Year, *Title*``."""
-    p = parts(key)
-    return f"{short_authors(p['authors'])} {p['year']}, *{p['title']}*"
+    """Markdown for a table cell: ``A et al. Year, *Title*``, the title linked."""
+    c = citation(key)
+    return f"{c.short_authors} {c.year}, {_title(c)}"
 
 
 def variant_paper(variant: str) -> str:
     """The `CITATIONS` key of the paper ``variant`` implements: the entry all its presets' ``paper`` begins with."""
     presets = ATTENTION_VARIANTS[variant].presets
-    keys = [k for k, text in CITATIONS.items() if presets and all(p.paper.startswith(text) for p in presets)]
+    keys = [k for k, c in CITATIONS.items() if presets and all(p.paper.startswith(str(c)) for p in presets)]
     if len(keys) != 1:
         raise HfAttnInputError(f"variant {variant!r}: its presets' `paper` should begin with one entry of CITATIONS "
                                f"(hf_attn/modeling/citations.py), found {keys or 'none'}")
     return keys[0]
 
 
-def page_block(page: str) -> str:
-    """The citation block of ``docs/papers/<page>.md``."""
+def page_papers(page: str) -> dict[str, list[str]]:
+    """The `CITATIONS` keys ``docs/papers/<page>.md`` cites -> the variants each is cited for: the page's paper
+    first, then the papers of the baselines it documents."""
     if page not in CITATIONS:
         raise HfAttnInputError(f"docs/papers/{page}.md: CITATIONS has no entry {page!r}; a paper's page is named "
                                "after its key in hf_attn/modeling/citations.py")
-    variants = next(v for p, v in PAPERS.values() if p == page)
-    baselines = {}
-    for v in variants:
-        if variant_paper(v) != page:
-            baselines.setdefault(variant_paper(v), []).append(f"`{v}`")
+    papers = {page: []}
+    for v in next(v for p, v in PAPERS.values() if p == page):
+        papers.setdefault(variant_paper(v), []).append(f"`{v}`")
+    return papers
+
+
+def page_block(page: str) -> str:
+    """The citation block of ``docs/papers/<page>.md``."""
+    baselines = {k: vs for k, vs in page_papers(page).items() if k != page}
     text = f"{full(page)}."
     if baselines:
         text += " The baselines' papers: " + "; ".join(f"{full(k)}, for {' and '.join(vs)}"
                                                       for k, vs in baselines.items()) + "."
     return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
+def bibtex_block(page: str) -> str:
+    """The BibTeX block of ``docs/papers/<page>.md``: the entries of the papers its citation block cites."""
+    entries = "\n\n".join(CITATIONS[k].bibtex for k in page_papers(page))
+    return f"```bibtex\n{entries}\n```"
 
 
 def sites_text(variants: list[str]) -> str:
@@ -143,7 +156,12 @@ def citation_docs(root: Path) -> dict[Path, str]:
         if text is None:
             raise HfAttnInputError(f"{path}: no block between {PAGE_START} and {PAGE_END}; add the two marker lines "
                                    "under the page's title, where its citation belongs")
+        text = with_marked_block(text, BIBTEX_START, BIBTEX_END, bibtex_block(page))
+        if text is None:
+            raise HfAttnInputError(f"{path}: no block between {BIBTEX_START} and {BIBTEX_END}; add the two marker "
+                                   "lines under a '## How to cite' heading at the end of the page")
         out[path] = text
+    out[Path(root) / CFF_FILE] = citation_cff()
     return out
 
 
@@ -151,7 +169,7 @@ def write_citations(root: Path) -> list[Path]:
     """Rewrite the citation blocks under ``root``; the files that changed."""
     changed = []
     for path, text in citation_docs(root).items():
-        if path.read_text(encoding="utf-8") != text:
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
             changed.append(path)
     return changed

@@ -1,9 +1,35 @@
-"""Training glue: the Seq2SeqTrainer subclass, metrics, the main job, checkpoint conversion, model cards and Hub
-upload."""
+"""Training glue: the Seq2SeqTrainer subclass and its callbacks, metrics, evaluation, checkpoint conversion, model
+cards and Hub upload. The public names below are defined in the submodules `_EXPORTS` names (docs/api.md documents
+them there) and imported on first use, so that ``import hf_attn.training.validate`` (the command line's flag
+checks) does not import transformers' Trainer."""
 
-from .convert import convert_checkpoint
-from .metrics import Seq2SeqMetrics, score_translations
-from .trainer import HfAttnSeq2SeqTrainer, StopOnSignalCallback, TimeBudgetCallback, TrainingStepCallback
+from __future__ import annotations
 
-__all__ = ["HfAttnSeq2SeqTrainer", "Seq2SeqMetrics", "StopOnSignalCallback", "TimeBudgetCallback", "TrainingStepCallback",
-           "convert_checkpoint", "score_translations"]
+import importlib
+
+_EXPORTS = {
+    "HfAttnSeq2SeqTrainer": "trainer",
+    "TrainingStepCallback": "trainer",
+    "TimeBudgetCallback": "trainer",
+    "StopOnSignalCallback": "trainer",
+    "Seq2SeqMetrics": "metrics",
+    "score_translations": "metrics",
+    "evaluate_dir": "run",
+    "convert_checkpoint": "convert",
+    "write_model_card": "cards",
+    "push_model_dir": "hub",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

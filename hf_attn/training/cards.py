@@ -11,6 +11,7 @@ The templates live at the repository top level (`model_cards/`); a copy ships in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import string
@@ -22,11 +23,31 @@ from huggingface_hub import ModelCard
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from ..errors import HfAttnInputError
-from ..modeling import PRESETS
+from ..modeling import ATTENTION_VARIANTS, PRESETS
 from ..modeling.bases import BASES, base_of, register_auto_classes
+from ..modeling.citations import HF_ATTN, Citation, cited
 from ..version import __version__
 
-HF_ATTN_URL = "https://github.com/hf-attn/hf-attn"
+HF_ATTN_URL = HF_ATTN.url
+
+
+def card_papers(preset: str | None, layout: dict | None = None) -> list[Citation]:
+    """The papers a model's card cites: its preset's (a baseline's own and the paper comparing with it), or, for a
+    model without a preset, those of the variants in its attention ``layout`` ({site: [variant per layer]})."""
+    if preset in PRESETS:
+        return cited(PRESETS[preset].paper)
+    variants = dict.fromkeys(v for names in (layout or {}).values() for v in names if v in ATTENTION_VARIANTS)
+    papers = [c for v in variants for p in ATTENTION_VARIANTS[v].presets[:1] for c in cited(p.paper)]
+    return list(dict.fromkeys(papers))
+
+
+def citation_block(preset: str | None, layout: dict | None = None) -> str:
+    """The card's Citation section: the BibTeX entries of `card_papers`, then hf-attn's own (`HF_ATTN`, at this
+    version), all from hf_attn/modeling/citations.py."""
+    entries = [c.bibtex for c in card_papers(preset, layout)]
+    entries.append(dataclasses.replace(HF_ATTN, version=__version__).bibtex)
+    intro = ("The papers of this model's attention, and hf-attn:" if len(entries) > 1 else "hf-attn:")
+    return intro + "\n\n```bibtex\n" + "\n\n".join(entries) + "\n```"
 
 
 def template_path(base: str) -> Path:
@@ -108,7 +129,7 @@ def render_model_card(run: dict, repo_id: str | None = None, model_dir: Path | N
         "preset": preset,
         "preset_description": p.description if p else preset,
         "paper": p.paper if p else "",
-        "citation": (p.paper if p else "") + "\n\nhf-attn: Hugging Face implementations of NMT attention mechanisms.",
+        "citation": citation_block(preset, layout),
         "layout": layout_s,
         "model_class": run.get("model_class", ""),
         "params": _fmt_int(run.get("params")),
@@ -251,7 +272,7 @@ def render_directory_card(model_dir: Path, repo_id: str | None = None, converted
         "preset": preset,
         "preset_description": p.description if p else "attention chosen per site in config.json",
         "paper": p.paper if p else "see the variants in config.json",
-        "citation": (p.paper if p else "") + "\n\nhf-attn: Hugging Face implementations of NMT attention mechanisms.",
+        "citation": citation_block(preset, layout),
         "layout": "; ".join(f"{site}: {', '.join(v) if len(set(v)) > 1 else (v[0] if v else '-')}"
                             for site, v in layout.items()),
         "params": _fmt_int(_param_count(model_dir)),
