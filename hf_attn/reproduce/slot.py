@@ -82,12 +82,10 @@ def budget_line(decided: dict | None, budget: int | None) -> str:
     return f"budget: {budget:,} steps ({decided['epochs']} epochs of the training split): {rule}"
 
 
-def run_converged(path: str | Path, runs_dir: Path, output_dir: Path, jobs: int, threads: int | None,
+def run_converged(run_matrix, path: str | Path, runs_dir: Path, output_dir: Path, jobs: int, threads: int | None,
                   sentences: int, seconds: float | None = None, plan=None) -> list[str]:
-    """One sitting of the converged matrix (module docstring); returns the names of the runs that failed.
-    ``plan(specs)`` is called with each phase's runs before they start (`runner.remember_plan`)."""
-    from .runner import run_matrix  # (runner imports this module)
-
+    """One sitting of the converged matrix (module docstring) with ``run_matrix`` (`runner.run_matrix`); returns the
+    names of the runs that failed. ``plan(specs)`` is called with each phase's runs before they start."""
     deadline = time.monotonic() + seconds if seconds else None
     cfg = load_converged(path)
     records = load_records(output_dir)
