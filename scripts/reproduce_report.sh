@@ -32,5 +32,8 @@ hf-attn reproduce --presets reluformer-no-scale --pairs de-en --steps 600 --seed
 hf-attn reproduce --presets reluformer --pairs ru-en --steps 600 --seeds 42 "${common[@]}" -- \
     --reluformer_reg_weight 1.0
 hf-attn reproduce --presets gmm --pairs ru-en --steps 600 --seeds 42 "${common[@]}" -- --gmm_gate_init 0.5
+# the converged matrix (results/converged.json): the softmax pilot decides the budget by the pre-registered rule,
+# then the headline presets at that budget; on a GPU, one slot at a time: scripts/converged_slot.sh
+hf-attn reproduce --converged results/converged.json "${common[@]}"
 
 hf-attn reproduce --report_only --output_dir results --readme README.md --docs docs

@@ -37,6 +37,12 @@ def reproduce_parser() -> argparse.ArgumentParser:
                    "results/experiments.json: each cell is PRESET@ARM, an arm a list of train flags) instead of "
                    "--presets/--pairs/--steps/--seeds")
     p.add_argument("--only", default=d.only, help="with --experiments: comma-separated experiment ids to run")
+    p.add_argument("--converged", default=d.converged, help="run a converged-matrix file (e.g. results/converged.json: "
+                   "a pilot decides the budget by its pre-registered rule, then the matrix) instead of --presets/...")
+    p.add_argument("--deadline", type=float, default=d.deadline, metavar="SECONDS", help="start no run whose estimated "
+                   "time would end more than SECONDS after the command started (one slot of machine time)")
+    p.add_argument("--no_report", "--no-report", action="store_true", default=d.no_report,
+                   help="train only; rebuild the report later with --report_only")
     p.add_argument("--report_only", "--report-only", action="store_true", default=d.report_only,
                    help="only rebuild the report from the records")
     p.add_argument("--readme", default=d.readme, help="also rewrite this README's block between <!-- "

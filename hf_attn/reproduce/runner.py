@@ -41,10 +41,15 @@ from ..training.checkpoints import RunLock, newest_complete_checkpoint
 from ..training.run import train
 from ..training.trainer import FirstSignal
 from ..training.validate import check_model_flags, check_train_flags
+from .converged import converged_specs
 from .matrix import RunSpec, csv_values, experiment_specs, matrix, record_path
+from .records import load_records
 from .report import write_report
+from .run_extras import averaged_arm, run_attention_path
+from .slot import run_converged
 
 RECORD_VERSION = 1
+AVERAGED_HYPS = ".avg.hyp.txt"  # beside <name>.json: the test translations of the checkpoint-averaging arm
 BUSY_EXIT = 73  # a child found its run directory locked by another matrix's run: that run is not trained twice
 
 
@@ -61,8 +66,10 @@ def check_train_args(specs: list[RunSpec], runs_dir: Path) -> None:
         check_model_flags(hargs, overrides, resume=False)
 
 
-def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 200) -> dict:
-    """Train (or resume, or reuse) one run and write its record; returns the record."""
+def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 200, average_last: int = 0) -> dict:
+    """Train (or resume, or reuse) one run and write its record; returns the record. The record names the attention
+    path the run took (`run_extras.attention_path`); with ``average_last`` N it also holds the checkpoint-averaging
+    arm (``averaged``: the test split scored with the average of the last N checkpoints, translations beside it)."""
     run_dir = Path(runs_dir) / spec.name
     results = run_dir / "results.json"
     record = {"version": RECORD_VERSION, "name": spec.name, "setup": spec.setup, "spec": asdict(spec),
@@ -77,16 +84,23 @@ def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 20
             record.update(status="failed", error=" ".join(str(e).split()))
             return _write_record(output_dir, spec, record, None)
     run = json.loads(results.read_text(encoding="utf-8"))
-    record.update(status="complete", results=run, analysis=analyse_run(run_dir, sentences))
+    record.update(status="complete", results=run, attention_path=run_attention_path(run_dir))
+    averaged_hyps = None
+    if average_last > 1:
+        record["averaged"], averaged_hyps = averaged_arm(run_dir, average_last)
+    record["analysis"] = analyse_run(run_dir, sentences)
     hyps = (run_dir / "test_translations.txt").read_text(encoding="utf-8").splitlines()
-    return _write_record(output_dir, spec, record, hyps)
+    return _write_record(output_dir, spec, record, hyps, averaged_hyps)
 
 
-def _write_record(output_dir: Path, spec: RunSpec, record: dict, hyps: list[str] | None) -> dict:
+def _write_record(output_dir: Path, spec: RunSpec, record: dict, hyps: list[str] | None,
+                  averaged_hyps: list[str] | None = None) -> dict:
     path = record_path(output_dir, spec)
     path.parent.mkdir(parents=True, exist_ok=True)
     if hyps is not None:
         path.with_suffix(".hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    if averaged_hyps is not None:  # the checkpoint-averaging arm's test translations
+        path.with_suffix(AVERAGED_HYPS).write_text("\n".join(averaged_hyps) + "\n", encoding="utf-8")
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(dumps_strict(record, indent=1, default=str), encoding="utf-8")  # NaN -> null, never a crash
     tmp.replace(path)  # a record is all there or not there
@@ -151,8 +165,11 @@ def child_env(threads: int | None) -> dict:
 
 
 def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int = 1, threads: int | None = None,
-               sentences: int = 200) -> list[str]:
-    """Run every spec without a record, ``jobs`` at a time, each in a child process; returns the failed names."""
+               sentences: int = 200, average_last: int = 0, deadline: float | None = None,
+               estimate=None) -> list[str]:
+    """Run every spec without a record, ``jobs`` at a time, each in a child process; returns the failed names.
+    With a ``deadline`` (a `time.monotonic` value) and ``estimate`` (spec -> seconds), a run starts only if its
+    estimate ends before the deadline; the others are left for the next sitting (`run_extras`: ``average_last``)."""
     todo = [s for s in specs if not record_path(output_dir, s).is_file()]
     print(f"[hf-attn] reproduce: {len(specs)} runs, {len(specs) - len(todo)} already recorded, {len(todo)} to run "
           f"({jobs} at a time)", flush=True)
@@ -163,7 +180,7 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
     queue = list(todo)
     # a scheduler's signal to the matrix: remembered, then passed on to the running children, which save a
     # checkpoint and stop (`training.trainer.StopOnSignalCallback`)
-    stop, forwarded, busy = FirstSignal().install(), False, []
+    stop, forwarded, busy, left = FirstSignal().install(), False, [], []
     while queue or running:
         if stop.name and not forwarded:  # preempted: no new runs; the running ones save a checkpoint and stop
             tqdm.write(f"[hf-attn] {stop.name}: stopping {len(running)} run(s) at their next step; "
@@ -173,6 +190,10 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                 proc.send_signal(stop.signum)
         while queue and len(running) < jobs:
             spec = queue.pop(0)
+            if deadline is not None and time.monotonic() + (estimate(spec) if estimate else 0) > deadline:
+                left.append(spec.name)
+                bar.update(1)
+                continue
             owner = RunLock(runs_dir / spec.name).holder()
             if owner is not None:  # another matrix trains it now: never twice
                 busy.append(spec.name)
@@ -184,7 +205,7 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
             state = "resuming" if _complete_checkpoint(runs_dir / spec.name) else "starting"
             tqdm.write(f"[hf-attn] {state} {spec.name} (log: {log})")
             cmd = [sys.executable, "-m", "hf_attn.reproduce.runner", json.dumps(asdict(spec)), str(runs_dir),
-                   str(output_dir), str(sentences)]
+                   str(output_dir), str(sentences), str(average_last)]
             with open(log, "a", encoding="utf-8") as fh:
                 running[spec.name] = (subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=child_env(threads)),
                                       spec)
@@ -210,6 +231,9 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                                                      rec.get("error", rec["status"])))
     bar.close()
     stop.restore()
+    if left:
+        print(f"[hf-attn] deadline: {len(left)} run(s) not started, their estimated time would end past it "
+              f"({', '.join(left)}); run the same command again (a fresh sitting) for them", flush=True)
     if busy:
         print(f"[hf-attn] {len(busy)} run(s) are being trained by another process ({', '.join(busy)}); run this "
               "command again once it is done to include their records", flush=True)
@@ -238,9 +262,10 @@ def remember_plan(output_dir: Path, specs: list[RunSpec]) -> None:
     """Add the matrix to ``output_dir/plan.json``: the report lists planned runs that have no record yet."""
     path = Path(output_dir) / "plan.json"
     plan = json.loads(path.read_text()) if path.is_file() else []
-    plan += [s.name for s in specs if s.name not in plan]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(plan, indent=1) + "\n")
+    new = [s.name for s in specs if s.name not in plan]
+    if new or not path.is_file():  # unchanged: not rewritten (a slot's archive holds what changed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(plan + new, indent=1) + "\n")
 
 
 @dataclass
@@ -250,7 +275,8 @@ class ReproduceOptions:
     file, ``only`` some of its experiments), where it goes (``output_dir``: records and report; ``runs_dir``: model
     directories), how it runs (``jobs`` at a time, ``threads`` torch threads each, ``sentences`` for the analysis)
     and the report (``bootstrap`` resamples; ``report_only``; also rewrite ``readme``'s headline and the paper pages
-    under ``docs``)."""
+    under ``docs``). ``converged``: the pilot and matrix of a converged-matrix file (`slot.run_converged`), within
+    ``deadline`` seconds; ``no_report``: train only."""
 
     presets: str = "softmax,rela-g"
     pairs: str = "de-en"
@@ -265,13 +291,21 @@ class ReproduceOptions:
     bootstrap: int = 1000
     experiments: str | None = None
     only: str | None = None
+    converged: str | None = None
+    deadline: float | None = None
     report_only: bool = False
+    no_report: bool = False
     readme: str | None = None
     docs: str | None = None
 
 
 def matrix_of(options: ReproduceOptions, train_args: Sequence[str] = ()) -> list[RunSpec]:
-    """The runs an `hf-attn reproduce` command line trains: its ``--experiments`` file's, or its matrix's."""
+    """The runs an `hf-attn reproduce` command line trains: its ``--experiments`` or ``--converged`` file's (the
+    converged matrix's once its pilot has decided the budget), or its matrix's."""
+    if options.converged:
+        if train_args:
+            raise HfAttnInputError("flags after -- with --converged: the file sets the flags of its runs")
+        return converged_specs(options.converged, load_records(Path(options.output_dir)))
     if options.experiments:
         if train_args:
             raise HfAttnInputError("flags after -- with --experiments: each experiment's arms set the flags of its runs")
@@ -298,16 +332,35 @@ def reproduce(options: ReproduceOptions, train_args: Sequence[str], command: str
                                    "--runs_dir of `hf-attn reproduce` instead")
     output_dir = Path(options.output_dir)
     failed = []
-    if not options.report_only:
+    if options.deadline is not None and options.deadline <= 0:
+        raise HfAttnInputError(f"--deadline {options.deadline}: give the seconds this sitting may run, more than 0")
+    if options.converged and not options.report_only:
+        if train_args:
+            raise HfAttnInputError("flags after -- with --converged: the file sets the flags of its runs")
+
+        def plan(specs):  # each phase (pilot, matrix) checked and planned before its runs start
+            check_train_args(specs, Path(options.runs_dir))
+            remember_plan(output_dir, specs)
+
+        failed = run_converged(run_matrix, options.converged, Path(options.runs_dir), output_dir, options.jobs,
+                               options.threads, options.sentences, options.deadline, plan)
+    elif not options.report_only:
         specs = matrix_of(options, train_args)
         check_train_args(specs, Path(options.runs_dir))
         remember_plan(output_dir, specs)
         failed = run_matrix(specs, Path(options.runs_dir), output_dir, options.jobs, options.threads, options.sentences)
+    if options.no_report:
+        print("[hf-attn] no report (--no_report): rebuild it with `hf-attn reproduce --report_only`", flush=True)
+        return _stopped(failed)
     readme = Path(options.readme) if options.readme else None
     docs = Path(options.docs) if options.docs else None
     with report_lock(output_dir):  # two matrices on one output_dir write their reports one after the other
         path = write_report(output_dir, options.bootstrap, command, readme, docs)
     print(f"[hf-attn] wrote {path}")
+    return _stopped(failed)
+
+
+def _stopped(failed: list[str]) -> int:
     if failed:
         raise HfAttnInputError(f"{len(failed)} run(s) stopped: {', '.join(failed)}; run the same command again to "
                                "resume them (their logs are in --runs_dir)")
@@ -315,15 +368,16 @@ def reproduce(options: ReproduceOptions, train_args: Sequence[str], command: str
 
 
 def _child(argv: list[str]) -> int:
-    """`python -m hf_attn.reproduce.runner SPEC_JSON RUNS_DIR OUTPUT_DIR SENTENCES`: one run, in its own process."""
-    spec_d, runs_dir, output_dir, sentences = argv
+    """`python -m hf_attn.reproduce.runner SPEC_JSON RUNS_DIR OUTPUT_DIR SENTENCES [AVERAGE_LAST]`: one run, in its
+    own process."""
+    spec_d, runs_dir, output_dir, sentences, *average_last = argv
     spec = json.loads(spec_d)
     spec["train_args"] = tuple(spec.get("train_args") or ())
     threads = os.environ.get("HF_ATTN_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
     try:
-        run_one(RunSpec(**spec), Path(runs_dir), Path(output_dir), int(sentences))
+        run_one(RunSpec(**spec), Path(runs_dir), Path(output_dir), int(sentences), int(average_last[0]) if average_last else 0)
     except HfAttnPreempted as e:
         print(f"[hf-attn] {' '.join(str(e).split())}", flush=True)
         return e.exit_code

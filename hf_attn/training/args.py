@@ -117,6 +117,13 @@ class HfAttnArguments:
         "help": "average the weights of the last N checkpoints (saved every --save_steps; the final step's "
                 "weights count as one) before validation and the test translation, as the papers do (Vaswani et al. "
                 "2017: the last 5); 0 or 1: the final weights. Keeps N checkpoints on disk"})
+    eval_bleu_every: int = field(default=0, metadata={
+        "help": "every N optimizer steps, translate a fixed subset of the validation split and store its BLEU and "
+                "chrF in results.json (curves.validation_bleu); 0: off"})
+    eval_bleu_sentences: int = field(default=200, metadata={
+        "help": "with --eval_bleu_every: how many validation pairs, evenly spaced over the split"})
+    eval_bleu_beams: int = field(default=1, metadata={
+        "help": "with --eval_bleu_every: beam size of those translations (1: greedy)"})
     embedding_init_std: Optional[float] = field(default=None, metadata={
         "help": "std of the token embeddings at init, for a model trained from scratch (default d_model**-0.5, as in "
                 "fairseq and the ReLA authors' code: unit scale after the sqrt(d_model) embedding scale; 0: the "

@@ -165,6 +165,9 @@ def results_record(c: TrainedRun, model, src_test: list[str], hyps: list[str], s
                               and hargs.init_from is None,
         "output_dir": str(c.out_dir),
     }
+    bleu_curve = next((cb for cb in trainer.callback_handler.callbacks if hasattr(cb, "curve")), None)
+    if bleu_curve is not None:  # --eval_bleu_every (`bleu_curve.ValidationBleuCallback`)
+        run["curves"]["validation_bleu"] = bleu_curve.record()
     run["training"]["lr_scheduler_type"] = str(getattr(targs.lr_scheduler_type, "value", targs.lr_scheduler_type))
     run["training"]["embedding_init_std"] = c.embedding_init_std
     run["training"].update(init_scheme=hargs.init_scheme, noam_factor=hargs.noam_factor,

@@ -26,6 +26,7 @@ from ..errors import HfAttnInputError, HfAttnPreempted
 from ..generation import decoding_settings, translate_texts
 from ..io_utils import ensure_writable_dir, write_json
 from ..rundir import load_model_dir, read_run_args, run_pairs
+from .bleu_curve import ValidationBleuCallback, fixed_subset
 from .build import apply_noam, build_model, check_noam, run_tokenizer
 from .cards import trainable_parameters, write_model_card
 from .checkpoints import RunLock, average_last_checkpoints, newest_complete_checkpoint
@@ -186,6 +187,15 @@ def _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra
     return trainer, budget
 
 
+def bleu_curve_callback(hargs, corpus, tokenizer, last) -> list:
+    """[`ValidationBleuCallback`] with ``--eval_bleu_every N`` (continuing a resumed checkpoint's curve), else []."""
+    if not hargs.eval_bleu_every:
+        return []
+    src, ref = fixed_subset(*corpus.pairs("validation"), hargs.eval_bleu_sentences)
+    return [ValidationBleuCallback(tokenizer, src, ref, hargs.eval_bleu_every, hargs.eval_bleu_beams,
+                                   hargs.max_source_length, resume_from=last if hargs.resume else None)]
+
+
 def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> dict | None:
     """Data -> tokenizer -> model -> Trainer -> validation loss and the saved model -> `_finish` (test, results)."""
     overrides = dict(overrides or {})
@@ -232,7 +242,8 @@ def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> di
         targs.save_total_limit = max(targs.save_total_limit, hargs.average_checkpoints)
     push_after = bool(targs.push_to_hub)
     targs.push_to_hub = False  # we push the finished directory ourselves (card, results, no checkpoints)
-    trainer, budget = _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra_callbacks)
+    callbacks = [*(extra_callbacks or []), *bleu_curve_callback(hargs, corpus, tokenizer, last)]
+    trainer, budget = _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, callbacks)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(out_dir)
         write_json(out_dir / "run_args.json", {"hf_attn": dataclasses.asdict(hargs), "model_overrides": overrides,

@@ -76,6 +76,9 @@ TRAIN_FLAGS: list[Flag] = [
     Flag("minutes", float, low=0.0),
     Flag("noam_factor", float, low=0.0, low_open=True),
     Flag("average_checkpoints", int, low=0),
+    Flag("eval_bleu_every", int, low=0),
+    Flag("eval_bleu_sentences", int, low=1),
+    Flag("eval_bleu_beams", int, low=1),
     Flag("embedding_init_std", float, low=0.0),  # 0 keeps the model's init_std (the flag's help)
 ]
 
