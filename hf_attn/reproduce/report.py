@@ -20,6 +20,7 @@ from ..bench.results import BenchmarkResult, NotABenchmarkResult, load_result
 from ..io_utils import dumps_strict
 from .claims import claims_section
 from .experiments import experiments_section, load_experiments
+from .machines import load_second_records, machine_effect_section, one_kind_per_group
 from .paper_pages import update_paper_pages
 from .plots import plot_attention_stats, plot_scores, plot_validation_curves
 from .readme import update_readme
@@ -78,7 +79,8 @@ def _introduction(records: list[dict], plan: list[str], command: str, n_samples:
            "`scripts/benchmark.py` for ratios.", ""]
     recipe = next((r["results"].get("recipe") for r in records if r.get("results")), None)
     if recipe:
-        md += [f"Recipe of every run: {recipe}; the `hf-attn train` defaults otherwise (README, \"The main job\").", ""]
+        md += [f"Recipe of every run: {recipe}; the `hf-attn train` defaults otherwise ([docs/training.md, \"The main "
+               "job\"](../docs/training.md#the-main-job)).", ""]
     md += [compiled_line(records), ""]
     pending = [n for n in plan if n not in {r["name"] for r in records}]
     if pending:
@@ -126,7 +128,7 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     """Rebuild ``REPORT.md``, ``report.json`` and ``plots/`` in ``output_dir`` from its records; with ``readme``, also
     the README's headline block, with ``docs``, the "What we measured" block of each paper's page under it."""
     output_dir = Path(output_dir)
-    records = load_records(output_dir)
+    records, others = one_kind_per_group(load_records(output_dir), load_second_records(output_dir))
     experiments = load_experiments(output_dir)
     plan = json.loads((output_dir / "plan.json").read_text()) if (output_dir / "plan.json").is_file() else []
     sig = compare(output_dir, records, n_samples)
@@ -145,15 +147,16 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     ids = [e["id"] for e in (experiments or {}).get("experiments", [])]
     claims_md, summary["claims"] = claims_section(records, sig, load_benchmarks(output_dir), seed_cmp, ids)
     detail_md, summary["setups"] = _per_seed_details(output_dir, records, sig, order)
+    machine_md, summary["machine_effect"] = machine_effect_section(records, others)
     md += ["Contents: " + ", ".join(f"[{t}](#{a})" for t, a in (
         ("Recipe sensitivity", "recipe-sensitivity"), ("What the papers claim", "what-the-papers-claim-and-what-we-see"),
-        ("Across seeds", "across-seeds"), ("Per-seed detail", "per-seed-detail")) if experiments or a != "recipe-sensitivity"), ""]
+        ("Across seeds", "across-seeds"), ("Machine effect", "machine-effect"), ("Per-seed detail", "per-seed-detail")) if experiments or a != "recipe-sensitivity"), ""]
     md += experiments_md + claims_md
-    md += ['<a id="across-seeds"></a>', ""] + across_md
+    md += ['<a id="across-seeds"></a>', ""] + across_md + machine_md
     md += ['<a id="per-seed-detail"></a>', ""] + detail_md
     md += ["## Signatures", ""] + sorted({f"- BLEU `{r['results']['bleu_signature']}`, chrF `{r['results']['chrf_signature']}`"
                                          for r in records if r.get("results")}) + [""]
-    md += ["## Machines", ""] + machine_lines(records) + [""]
+    md += ["## Machines", ""] + machine_lines(records, others) + [""]
     (output_dir / "REPORT.md").write_text("\n".join(md), encoding="utf-8")
     (output_dir / "report.json").write_text(dumps_strict(summary, indent=1), encoding="utf-8")
     if readme is not None:
