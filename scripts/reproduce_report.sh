@@ -35,5 +35,16 @@ hf-attn reproduce --presets gmm --pairs ru-en --steps 600 --seeds 42 "${common[@
 # the converged matrix (results/converged.json): the softmax pilot decides the budget by the pre-registered rule,
 # then the headline presets at that budget; on a GPU, one slot at a time: scripts/converged_slot.sh
 hf-attn reproduce --converged results/converged.json "${common[@]}"
+# the same runs on a second kind of machine (the report's "Machine effect"): softmax and calibration-gate at 1,800
+# steps, seeds 43 and 44, trained first on an NVIDIA H200, again on the CPU. Run this part on the other kind of
+# machine: its records go to results/runs/machine/ under their runs' names (hf_attn/reproduce/machines.py)
+second=${SECOND_DIR:-runs/second-machine}
+hf-attn reproduce --presets softmax,calibration-gate --pairs de-en --steps 1800 --seeds 43,44 --output_dir "$second" \
+    --runs_dir "$runs/second-machine" --jobs "${JOBS:-2}" --threads "${THREADS:-1}"
+for record in "$second"/runs/*.json; do
+    if [ -e "$record" ]; then
+        mkdir -p results/runs/machine && cp "$record" "${record%.json}.hyp.txt" results/runs/machine/
+    fi
+done
 
 hf-attn reproduce --report_only --output_dir results --readme README.md --docs docs

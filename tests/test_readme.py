@@ -3,6 +3,7 @@ and its links lead somewhere."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -48,13 +49,27 @@ def test_first_screen_holds_the_example_and_the_two_commands_and_ci_runs_the_sec
 def test_python_example_runs(tmp_path):
     """The README's example, as printed: a model from a preset, a training step's gradients, beam search."""
     example = re.search(r"```python\n(.*?)\n```", README, re.S).group(1)
-    code = [line for line in example.splitlines() if line.strip() and not line.startswith(("import", "from"))]
-    assert len(code) <= 5, "the example grew beyond five lines"
+    code = [n for n in ast.parse(example).body if not isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert len(code) <= 5, "the example grew beyond five statements"
+    sizes = next(n.value for n in code if isinstance(n, ast.Assign) and n.targets[0].id == "sizes")
+    stated = {k.arg: ast.literal_eval(k.value) for k in sizes.keywords}
+    intro = README.split("**In Python**", 1)[1].split("```python", 1)[0]
+    assert stated["encoder_layers"] == stated["decoder_layers"] == 2 and "2+2 layers" in intro  # the sizes it states
+    heads = stated["encoder_attention_heads"]
+    assert f"width {stated['d_model']}, {heads} heads of {stated['d_model'] // heads} dimensions" in intro
     probe = "\nassert all(p.grad is not None for p in model.parameters() if p.requires_grad)\nprint('EXAMPLE-OK')\n"
     proc = subprocess.run([sys.executable, "-c", example + probe], cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "EXAMPLE-OK" in proc.stdout and "tensor([[" in proc.stdout  # the generated ids were printed
+
+
+def test_install_text_gives_the_cpu_and_the_gpu_builds_and_the_transformers_pin():
+    install = README.split("**Install**", 1)[1].split("**In Python**", 1)[0]
+    assert "--index-url https://download.pytorch.org/whl/cpu" in install and "CUDA" in install
+    pin = re.search(r'"transformers>=(\d+\.\d+),<(\d+)\.(\d+)"', (ROOT / "pyproject.toml").read_text())
+    newest = f"{pin.group(2)}.{int(pin.group(3)) - 1}"
+    assert f"transformers {pin.group(1)} or {newest}" in install, "the README's transformers versions left the pin"
 
 
 def test_readme_links_exist():

@@ -8,8 +8,8 @@ one differs:
   between `BIBTEX_START` and `BIBTEX_END`: the BibTeX entries of the same papers;
 - in the tables between `TABLE_START` and `TABLE_END` (`TABLE_FILES`: the README's variants, the documentation's
   papers), each row's ``paper`` cell cites the papers of the variants named in its ``variant`` cell (short form,
-  titles linked) and its ``sites`` cell, where the table has one, says where they may run; the other cells are left
-  as written;
+  titles linked), its ``sites`` cell, where the table has one, says where they may run, and its ``presets...`` cell,
+  where the table has one, names their presets (`presets_text`); the other cells are left as written;
 - ``CITATION.cff`` at the repository root: hf-attn's own entry (`citation_cff`).
 
 A variant's paper is the `CITATIONS` entry its presets' ``paper`` begins with (a baseline's preset adds "; as
@@ -106,6 +106,17 @@ def sites_text(variants: list[str]) -> str:
     return "; ".join(dict.fromkeys(per_variant))
 
 
+def presets_text(variants: list[str], shown: int = 2) -> str:
+    """The presets (what `--preset` and `from_preset` take) built on ``variants``: the first ``shown`` each variant
+    declares, and how many more it has."""
+    out = []
+    for v in variants:
+        names = [p.name for p in ATTENTION_VARIANTS[v].presets]
+        out.append(", ".join(f"`{n}`" for n in names[:shown]) + (f" + {len(names) - shown} more" if len(names) > shown
+                                                                  else ""))
+    return "; ".join(out)
+
+
 def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
@@ -130,6 +141,9 @@ def table_block(block: str, where: str) -> str:
         cells[columns.index("paper")] = "; ".join(short(k) for k in dict.fromkeys(map(variant_paper, variants)))
         if "sites" in columns:
             cells[columns.index("sites")] = sites_text(variants)
+        presets_col = next((i for i, c in enumerate(columns) if c.startswith("presets")), None)
+        if presets_col is not None:
+            cells[presets_col] = presets_text(variants)
         lines[i] = "| " + " | ".join(cells) + " |"
     return "\n".join(lines)
 

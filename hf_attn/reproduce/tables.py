@@ -15,6 +15,7 @@ from ..modeling.hyperparameters import SITES
 from .claims import delta_ci
 from .columns import failure_text, fmt, mean_of, seed_list, show_value
 from .lengths import length_section
+from .machines import machines_line
 from .records import references_for
 from .seeds import complete, group_name, group_records, group_title, mean_sd, p_text, seed_delta
 
@@ -143,18 +144,23 @@ def across_seeds_sections(output_dir: Path, records: list[dict], seed_cmp, order
         table, scores = across_seeds_table(runs, seed_cmp, presets)
         lengths, by_length = length_section(output_dir, runs, presets, output_dir / "plots" / f"length_{name}.png",
                                             title)
-        md += [f"## Across seeds: {title}", ""] + table + [""] + lengths
+        md += [f"## Across seeds: {title}", ""] + table + ["", machines_line([r for rs in runs.values() for r in rs]),
+                                                           ""] + lengths
         data[name] = {"title": title, "presets": scores, "bleu_by_length": by_length}
     return md, data
 
 
-def machine_lines(records: list[dict]) -> list[str]:
+def machine_lines(records: list[dict], others: list[dict] = ()) -> list[str]:
     """One line per machine setup (the `device` of results.json): all runs, or the runs it trained (the tokens/s
-    columns compare only within a setup)."""
+    columns compare only within a setup); ``others``: the records of runs recorded on two kinds of machine that the
+    tables leave out (`machines.one_kind_per_group`)."""
     runs = defaultdict(list)
     for r in records:
         if r.get("results"):
             runs[r["results"]["device"]].append(r["name"])
+    for r in others:
+        if r.get("results"):
+            runs[r["results"]["device"]].append(f"{r['name']} (the record the tables leave out)")
     if len(runs) == 1:
         return [f"- {device}: all runs" for device in runs]
     return [f"- {device}: {', '.join(sorted(names))}" for device, names in sorted(runs.items())]
