@@ -322,15 +322,16 @@ def check_view_options(dirs: list[Path], output: Path, sentences: int | None, te
             raise HfAttnInputError(f"{str(d)!r} is not a directory; give a model directory written by `hf-attn train` "
                                    "or save_pretrained")
         check_model_files(str(d))
-        check_viewable(Path(d))
+        check_viewable(Path(d), max_tokens)
     if text is None:
         read_run_args(dirs[0])  # a broken run_args.json fails here, with its own line
     check_output_file(output, "--output")
 
 
-def check_viewable(d: Path) -> str:
+def check_viewable(d: Path, max_tokens: int) -> str:
     """The ``model_type`` of the model in ``d`` (from its config.json), or one line when the viewer cannot show it:
-    a model type other than Marian / BART (stock or hf-attn), or no tokenizer beside the model."""
+    a model type other than Marian / BART (stock or hf-attn), no tokenizer beside the model, or fewer positions than
+    ``max_tokens``."""
     try:
         config = json.loads((d / "config.json").read_text(encoding="utf-8"))
         model_type = config.get("model_type") if isinstance(config, dict) else None
@@ -345,19 +346,19 @@ def check_viewable(d: Path) -> str:
     if not any((d / name).is_file() for name in TOKENIZER_FILES):
         raise HfAttnInputError(f"{str(d)!r} holds no tokenizer (no tokenizer_config.json); the viewer needs the "
                                "model's tokens: save it beside the model with tokenizer.save_pretrained(DIR)")
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and max_tokens > positions:
+        raise HfAttnInputError(f"--max_tokens {max_tokens} exceeds the {positions} positions of {str(d)!r} "
+                               f"(max_position_embeddings); give --max_tokens {positions} or less")
     return model_type
 
 
-def load_viewed(d: Path, name: str, max_tokens: int) -> ViewedModel:
-    """The model and tokenizer of ``d``, a stock model switched to eager attention (SDPA, the default it loads with,
-    returns no attention weights); one line when ``max_tokens`` exceeds its positions."""
+def load_viewed(d: Path, name: str) -> ViewedModel:
+    """The model and tokenizer of ``d``; a stock model is switched to eager attention (SDPA, which it loads with,
+    returns no attention weights)."""
     model, tokenizer = load_model_dir(str(d))
     if model.config.model_type in {types[0] for types in VIEWABLE_TYPES.values()}:  # stock Marian / BART
         model.set_attn_implementation("eager")
-    positions = getattr(model.config, "max_position_embeddings", None)
-    if positions is not None and max_tokens > positions:
-        raise HfAttnInputError(f"--max_tokens {max_tokens} exceeds the {positions} positions of {str(d)!r} "
-                               f"(max_position_embeddings); give --max_tokens {positions} or less")
     return ViewedModel(name, model.eval(), tokenizer, str(d))
 
 
@@ -392,7 +393,7 @@ def write_viewer(dirs: list[Path], output: Path, sentences: int | None = None, t
             raise HfAttnInputError(f"the {description} has no sentence pairs; give --text \"...\" or --test_file FILE")
     models = []
     for d, name in zip(dirs, panel_names(dirs)):
-        models.append(load_viewed(d, name, max_tokens))
+        models.append(load_viewed(d, name))
         check_tokenizers(models)  # before translating with the next model
     for vm in models:
         beams, penalty = decoding_settings(vm.model, num_beams, None)
