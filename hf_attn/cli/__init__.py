@@ -5,7 +5,7 @@
     hf-attn evaluate DIR [--split test | --test_file F]
     hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
     hf-attn push DIR REPO_ID [--private]
-    hf-attn convert SOURCE OUTPUT_DIR [--preset rela-g] [--tokenizer DIR]   (a Marian/BART checkpoint -> hf-attn)
+    hf-attn convert SOURCE (OUTPUT_DIR | --output_dir DIR) [--preset rela-g] [--tokenizer DIR]   (Marian/BART -> hf-attn)
     hf-attn card DIR [--repo_id user/name]                (write the hf-attn model card, keeping a Trainer's summary)
     hf-attn metrics [DIR]                                 (sacrebleu/ and chrf/ for evaluate.load("sacrebleu") offline)
     hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
