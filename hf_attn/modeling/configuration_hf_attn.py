@@ -193,6 +193,9 @@ def check_preset_hyperparameters(preset: str, overrides: dict) -> None:
     unused = unused_hyperparameters(preset, overrides)
     if not unused:
         return
+    declared = hyperparameters()
+    for key in unused:  # a bad value is named as such first
+        declared[key].check(declared[key].normalise(overrides[key]))
     name, variant = next(iter(unused.items()))
     cls = ATTENTION_VARIANTS[variant]
     layout = site_variants({**PRESETS[preset].overrides, **overrides})
