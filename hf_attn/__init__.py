@@ -1,32 +1,44 @@
-"""hf-attn: published NMT attention mechanisms for Hugging Face Marian and BART models."""
+"""hf-attn: published NMT attention mechanisms for Hugging Face Marian and BART models.
 
-from .modeling import (
-    ATTENTION_VARIANTS,
-    PRESETS,
-    HfAttnBartConfig,
-    HfAttnBartForConditionalGeneration,
-    HfAttnConfigError,
-    HfAttnMarianConfig,
-    HfAttnMarianMTModel,
-    HfAttnSeq2SeqLMOutput,
-    Preset,
-)
-from .modeling.bases import register_auto_classes
-from .swap import swap_attention
+The names below load on first use (PEP 562), so that ``import hf_attn`` and the ``hf-attn`` command's parsing do not
+import torch and transformers (`hf-attn --help` answers at once). ``import hf_attn`` still registers the model types
+``hf_attn_marian`` / ``hf_attn_bart`` with ``AutoConfig`` / ``AutoModelForSeq2SeqLM``: now, when transformers is
+already imported, else as soon as it is (`autoregister`).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from . import autoregister
 from .version import __version__
 
+_EXPORTS = {  # public name -> the module that defines it
+    "ATTENTION_VARIANTS": ".modeling",
+    "PRESETS": ".modeling",
+    "HfAttnBartConfig": ".modeling",
+    "HfAttnBartForConditionalGeneration": ".modeling",
+    "HfAttnConfigError": ".modeling",
+    "HfAttnMarianConfig": ".modeling",
+    "HfAttnMarianMTModel": ".modeling",
+    "HfAttnSeq2SeqLMOutput": ".modeling",
+    "Preset": ".modeling",
+    "swap_attention": ".swap",
+}
 
-register_auto_classes()  # `import hf_attn` is enough for AutoModelForSeq2SeqLM to load hf-attn directories
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "ATTENTION_VARIANTS",
-    "PRESETS",
-    "HfAttnBartConfig",
-    "HfAttnBartForConditionalGeneration",
-    "HfAttnConfigError",
-    "HfAttnMarianConfig",
-    "HfAttnMarianMTModel",
-    "HfAttnSeq2SeqLMOutput",
-    "Preset",
-    "swap_attention",
-]
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'hf_attn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # the next access skips this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+autoregister.when_transformers_loads()  # `import hf_attn` is enough for AutoModelForSeq2SeqLM to load hf-attn dirs

@@ -7,7 +7,8 @@ import os
 import torch
 from transformers import AutoModelForSeq2SeqLM
 
-from .modeling import HfAttnConfigError
+from .modeling import PRESETS, HfAttnConfigError
+from .modeling.configuration_hf_attn import unused_hyperparameters
 from .modeling.bases import base_of
 
 # config keys that describe the saved file, not the architecture
@@ -42,6 +43,9 @@ def swap_attention(model_or_path, preset: str = "rela-g", **overrides):
         )
     config_cls, model_cls = _target_classes(model)
     base = {k: v for k, v in model.config.to_dict().items() if k not in _NOT_ARCHITECTURE | _ATTENTION_KEYS}
+    # an hf-attn source carries every variant's hyperparameters: keep those of the variants the new preset uses
+    unused = unused_hyperparameters(preset, {**base, **overrides}) if preset in PRESETS else {}
+    base = {k: v for k, v in base.items() if k not in unused or k in overrides}
     config = config_cls.from_preset(preset, **{**base, **overrides})
     new = model_cls(config)
     missing, _unexpected = new.load_state_dict(model.state_dict(), strict=False)

@@ -66,3 +66,28 @@ def tiny_viewer_data(*presets: str, sentences: int = 2, seed: int = 0) -> dict:
 
     models = [viewed(p, seed=seed, sentences=sentences) for p in presets]
     return viewer_data(models, SOURCES[:sentences], REFERENCES[:sentences], "tiny random models")
+
+
+def stock_model_dir(base: str, path, cache_dir, seed: int = 0):
+    """A plain transformers directory, as a user's own baseline is: the stock MarianMTModel /
+    BartForConditionalGeneration of the tiny architecture (random weights) and a SentencePiece tokenizer trained on
+    the viewer's sentences (offline, well under a second), both written with save_pretrained into ``path``."""
+    from conftest import TINY
+
+    from hf_attn.data import get_tokenizer
+    from hf_attn.modeling import BASES
+
+    tokenizer, _ = get_tokenizer((SOURCES + REFERENCES) * 5, base, vocab_size=60, cache_dir=cache_dir)
+    special = dict(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                   forced_eos_token_id=tokenizer.eos_token_id)
+    if base == "marian":
+        special.update(decoder_start_token_id=tokenizer.pad_token_id)
+    else:
+        special.update(bos_token_id=tokenizer.bos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+                       forced_bos_token_id=None)
+    b = BASES[base]
+    torch.manual_seed(seed)
+    model = b.stock_model_class(b.stock_config_class(**{**TINY, **special, "vocab_size": len(tokenizer)}))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -19,6 +19,11 @@ so 0 in the file means an exact zero. The data are JSON, deflated and base64-enc
 them with the browser's DecompressionStream: no network, no CDN, one file (about 0.04-0.15 MB per sentence and
 model of the default 3+3-layer size and up to 64 tokens).
 
+Any Marian or BART directory can be viewed: an hf-attn model, or a stock ``MarianMTModel`` /
+``BartForConditionalGeneration`` (loaded with eager attention, so that it returns its softmax weights), with its
+tokenizer beside it. What the viewer cannot show (another model type, no tokenizer, a model that returns no attention
+weights) is refused with one line before any page is written.
+
 Side by side, the models must share one tokenizer (the same vocabulary): their heat maps then have the same axes
 and can be compared cell by cell. Models with different tokenizers go into separate files.
 """
@@ -37,6 +42,7 @@ import torch
 from ..errors import HfAttnInputError
 from ..generation import decoding_settings, translate_texts
 from ..io_utils import check_output_file
+from ..modeling.bases import BASES
 from ..modeling.hyperparameters import SITES
 from ..rundir import check_model_files, load_model_dir, read_run_args, run_pairs
 from .calibration import calibration_maps, calibration_modules
@@ -53,6 +59,8 @@ FAMILIES = {  # the viewer's variant families, by attention variant (softmax: th
     "reluformer": "reluformer", "calibrated": "calibration", "recurrent": "ran", "synthesizer": "ran",
     "hard-gaussian": "ran",
 }
+VIEWABLE_TYPES = {base.name: base.model_types for base in BASES.values()}  # stock and hf-attn model_type per base
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "source.spm", "vocab.json", "spiece.model")
 RUN_VIEWER_SENTENCES = 5  # what `hf-attn train` writes into the run directory
 VIEWER_FILE, PREVIEW_FILE = "viewer.html", "viewer_preview.png"
 
@@ -142,6 +150,7 @@ def sentence_view(model, tokenizer, source: str, target: str, max_tokens: int) -
     batch = {"input_ids": enc["input_ids"].to(device), "attention_mask": enc["attention_mask"].to(device),
              "labels": enc["labels"].to(device)}
     attn = collect_attentions(model, **batch)
+    check_attentions(model, attn)
     details = {}
     if gmm_modules(model):
         details.update({("cross", i): rec for i, rec in gmm_parameters(model, **batch).items()})
@@ -156,6 +165,18 @@ def sentence_view(model, tokenizer, source: str, target: str, max_tokens: int) -
         "sites": {site: [layer_view(layout[site][i], w, sa.keep, details.get((site, i)))
                          for i, w in enumerate(sa.weights)] for site, sa in attn.items()},
     }
+
+
+def check_attentions(model, attn: dict) -> None:
+    """One line when the forward pass returned no attention weights for a site (an attention implementation such as
+    SDPA or FlashAttention computes none): the page would have nothing to draw."""
+    missing = [site for site in SITES if not (site in attn and attn[site].weights)]
+    if missing:
+        impl = getattr(model.config, "_attn_implementation", None)
+        raise HfAttnInputError(
+            f"the model ({type(model).__name__}, attention implementation {impl!r}) returned no attention weights for "
+            f"the {', '.join(missing)} site(s); load it with attn_implementation=\"eager\" (`hf-attn view` does so for "
+            "the stock Marian and BART models it loads)")
 
 
 def position_maps(model, lengths: dict[str, int]) -> dict:
@@ -301,9 +322,44 @@ def check_view_options(dirs: list[Path], output: Path, sentences: int | None, te
             raise HfAttnInputError(f"{str(d)!r} is not a directory; give a model directory written by `hf-attn train` "
                                    "or save_pretrained")
         check_model_files(str(d))
+        check_viewable(Path(d), max_tokens)
     if text is None:
         read_run_args(dirs[0])  # a broken run_args.json fails here, with its own line
     check_output_file(output, "--output")
+
+
+def check_viewable(d: Path, max_tokens: int) -> str:
+    """The ``model_type`` of the model in ``d`` (from its config.json), or one line when the viewer cannot show it:
+    a model type other than Marian / BART (stock or hf-attn), no tokenizer beside the model, or fewer positions than
+    ``max_tokens``."""
+    try:
+        config = json.loads((d / "config.json").read_text(encoding="utf-8"))
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+    except (OSError, ValueError) as e:
+        raise HfAttnInputError(f"{str(d / 'config.json')!r} cannot be read as JSON ({type(e).__name__}); give a "
+                               "directory written by `hf-attn train` or save_pretrained") from None
+    valid = [t for types in VIEWABLE_TYPES.values() for t in types]
+    if model_type not in valid:
+        raise HfAttnInputError(f"{str(d)!r} holds a {model_type or 'untyped'} model: the viewer shows Marian and BART "
+                               f"encoder-decoder models, stock or hf-attn (model_type {', '.join(valid)}); convert a "
+                               "Marian/BART checkpoint with `hf-attn convert`, or view this one with its own tools")
+    if not any((d / name).is_file() for name in TOKENIZER_FILES):
+        raise HfAttnInputError(f"{str(d)!r} holds no tokenizer (no tokenizer_config.json); the viewer needs the "
+                               "model's tokens: save it beside the model with tokenizer.save_pretrained(DIR)")
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and max_tokens > positions:
+        raise HfAttnInputError(f"--max_tokens {max_tokens} exceeds the {positions} positions of {str(d)!r} "
+                               f"(max_position_embeddings); give --max_tokens {positions} or less")
+    return model_type
+
+
+def load_viewed(d: Path, name: str) -> ViewedModel:
+    """The model and tokenizer of ``d``; a stock model is switched to eager attention (SDPA, which it loads with,
+    returns no attention weights)."""
+    model, tokenizer = load_model_dir(str(d))
+    if model.config.model_type in {types[0] for types in VIEWABLE_TYPES.values()}:  # stock Marian / BART
+        model.set_attn_implementation("eager")
+    return ViewedModel(name, model.eval(), tokenizer, str(d))
 
 
 def panel_names(dirs: list[Path]) -> list[str]:
@@ -337,8 +393,7 @@ def write_viewer(dirs: list[Path], output: Path, sentences: int | None = None, t
             raise HfAttnInputError(f"the {description} has no sentence pairs; give --text \"...\" or --test_file FILE")
     models = []
     for d, name in zip(dirs, panel_names(dirs)):
-        model, tokenizer = load_model_dir(str(d))
-        models.append(ViewedModel(name, model.eval(), tokenizer, str(d)))
+        models.append(load_viewed(d, name))
         check_tokenizers(models)  # before translating with the next model
     for vm in models:
         beams, penalty = decoding_settings(vm.model, num_beams, None)

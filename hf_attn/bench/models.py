@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..modeling.bases import get_base
+from ..modeling.configuration_hf_attn import unused_hyperparameters
 from ..modeling.registry import ATTENTION_VARIANTS
 
 PAD, EOS, BOS = 1, 2, 0
@@ -50,10 +51,13 @@ def dropout_off() -> dict:
 
 
 def build_hf_attn(base: str, preset: str, fields: dict, seed: int = 0, device: str = "cpu"):
-    """An hf-attn model of ``preset`` with the config ``fields``, initialised from ``seed``."""
+    """An hf-attn model of ``preset`` with the config ``fields``, initialised from ``seed``. The benchmark's settings
+    for every variant (dropout off, block sizes) are kept where the preset uses the variant (`from_preset` refuses
+    a hyperparameter of a variant the preset does not use)."""
     config_cls, model_cls, _, _ = model_classes(base)
     torch.manual_seed(seed)
-    return model_cls(config_cls.from_preset(preset, **fields)).to(device)
+    unused = unused_hyperparameters(preset, fields)
+    return model_cls(config_cls.from_preset(preset, **{k: v for k, v in fields.items() if k not in unused})).to(device)
 
 
 def build_stock(base: str, fields: dict, reference, device: str = "cpu"):

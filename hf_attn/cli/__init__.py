@@ -5,7 +5,7 @@
     hf-attn evaluate DIR [--split test | --test_file F]
     hf-attn translate DIR [--input F] [--output F]        (stdin -> stdout by default)
     hf-attn push DIR REPO_ID [--private]
-    hf-attn convert SOURCE OUTPUT_DIR [--preset rela-g] [--tokenizer DIR]   (a Marian/BART checkpoint -> hf-attn)
+    hf-attn convert SOURCE (OUTPUT_DIR | --output_dir DIR) [--preset rela-g] [--tokenizer DIR]   (Marian/BART -> hf-attn)
     hf-attn card DIR [--repo_id user/name]                (write the hf-attn model card, keeping a Trainer's summary)
     hf-attn metrics [DIR]                                 (sacrebleu/ and chrf/ for evaluate.load("sacrebleu") offline)
     hf-attn analyze DIR [DIR ...] [--sentences 200] [--output F.json] [--plot_dir D]   (attention statistics)
@@ -23,6 +23,7 @@ Bad input gives one line ``hf-attn: error: ...`` and exit code 2.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import importlib
 import os
@@ -30,8 +31,6 @@ import signal
 import sys
 
 from ..errors import PREEMPTION_SIGNALS, HfAttnInputError, HfAttnPreempted
-from ..modeling import HfAttnConfigError
-from ..modeling.hyperparameters import did_you_mean
 
 COMMANDS = ("train", "evaluate", "translate", "push", "convert", "card", "metrics", "analyze", "view", "reproduce",
             "presets", "corpora")
@@ -48,14 +47,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
-        print(f"hf-attn: error: unknown command {cmd!r}{did_you_mean(cmd, COMMANDS)}; "
+        close = difflib.get_close_matches(cmd, COMMANDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        print(f"hf-attn: error: unknown command {cmd!r}{hint}; "
               f"valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     try:
-        # one module per command (hf_attn/cli/<command>.py), imported when it runs: `hf-attn presets` does not load
-        # the Trainer, and the data, analysis and reproduce stacks load only for their commands
+        # one module per command (hf_attn/cli/<command>.py), imported when it runs: torch and transformers load
+        # only for the commands that use them (`hf-attn --help` and `hf-attn corpora` import neither)
         return importlib.import_module(f"{__name__}.{cmd}").run(rest)
-    except (HfAttnInputError, HfAttnConfigError) as e:
+    except (HfAttnInputError, ValueError) as e:
+        if not isinstance(e, (HfAttnInputError, *_config_error())):
+            raise
         msg = " ".join(str(e).split())
         print(f"hf-attn: error: {msg}", file=sys.stderr)
         return 2
@@ -77,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
               "--output_dir / --output and run again (with --resume for training: checkpoints are written whole or "
               "not at all, so the last complete one is intact)", file=sys.stderr)
         return 2
+
+
+def _config_error() -> tuple[type, ...]:
+    """`HfAttnConfigError` where the model code is imported (it can only have been raised then), else nothing."""
+    declared = sys.modules.get("hf_attn.modeling.hyperparameters")
+    return (declared.HfAttnConfigError,) if declared is not None else ()
 
 
 def _disk_full(e: BaseException) -> bool:

@@ -1,19 +1,35 @@
-"""``hf-attn convert SOURCE OUTPUT_DIR``: a Marian/BART checkpoint with a preset's attention, as a complete model directory."""
+"""``hf-attn convert SOURCE OUTPUT_DIR`` (or ``--output_dir OUTPUT_DIR``, as every other command and transformers'
+scripts spell it): a Marian/BART checkpoint with a preset's attention, as a complete model directory."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..training.convert import convert_checkpoint
+from ..errors import HfAttnInputError
 
 def run(argv) -> int:
     ap = argparse.ArgumentParser(prog="hf-attn convert", description="swap a preset's attention into a Marian/BART "
                                  "checkpoint and save a complete model directory (model, code, tokenizer, card)")
     ap.add_argument("source", help="a Marian/BART (or hf-attn) model directory or Hub id")
-    ap.add_argument("output_dir", help="a new or empty directory")
+    ap.add_argument("output_dir", nargs="?", default=None, help="a new or empty directory (or give --output_dir)")
+    ap.add_argument("--output_dir", "--output-dir", dest="output_dir_flag", metavar="OUTPUT_DIR", default=None,
+                    help="the same as the positional OUTPUT_DIR")
     ap.add_argument("--preset", default="rela-g", help="the attention preset (`hf-attn presets`; default rela-g)")
     ap.add_argument("--tokenizer", default=None, help="take the tokenizer from here (default: SOURCE)")
     a = ap.parse_args(argv)
-    out = convert_checkpoint(a.source, a.output_dir, a.preset, tokenizer=a.tokenizer)
+    output_dir = output_directory(a.output_dir, a.output_dir_flag)
+    from ..training.convert import convert_checkpoint  # torch and transformers: after the flags are checked
+
+    out = convert_checkpoint(a.source, output_dir, a.preset, tokenizer=a.tokenizer)
     print(f"converted {a.source} to {a.preset}: {out}")
     return 0
+
+
+def output_directory(positional: str | None, flag: str | None) -> str:
+    """OUTPUT_DIR from the positional argument or ``--output_dir``: one of them, or both naming the same directory."""
+    if positional is None and flag is None:
+        raise HfAttnInputError("no output directory; give it after SOURCE or as --output_dir DIR, e.g. "
+                               "`hf-attn convert Helsinki-NLP/opus-mt-de-en --output_dir runs/rela-g`")
+    if positional is not None and flag is not None and positional != flag:
+        raise HfAttnInputError(f"two output directories, {positional!r} and --output_dir {flag!r}; give one")
+    return positional if positional is not None else flag

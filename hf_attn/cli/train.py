@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 
-from ..training.run import train
 from .train_args import parse_train_args
 
 
 def run(argv) -> int:
     hargs, targs, overrides, given = parse_train_args(argv)
+    from ..training.run import train  # the Trainer, data and metrics stacks: once the flags are parsed
+
     train(hargs, targs, overrides, given)
     if targs.world_size > 1 and targs.process_index != 0:
         # A worker of an `accelerate launch` / torchrun run has saved its share and left the process group; the

@@ -22,7 +22,8 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..errors import HfAttnInputError
-from ..modeling import HfAttnConfigError
+from ..modeling import PRESETS, HfAttnConfigError
+from ..modeling.configuration_hf_attn import check_preset_hyperparameters
 from ..training.args import (
     DEFAULT_MAX_STEPS,
     NULL,
@@ -152,4 +153,7 @@ def parse_train_args(argv: list[str] | None = None):
         raise HfAttnInputError(str(e).strip().splitlines()[0]) from None
     if hargs.minutes is None and "max_steps" not in given and "num_train_epochs" not in given:
         targs.max_steps = DEFAULT_MAX_STEPS
-    return hargs, targs, model_overrides(cargs), given
+    overrides = model_overrides(cargs)
+    if hargs.preset in PRESETS:  # (an unknown preset is the flag checks' line)
+        check_preset_hyperparameters(hargs.preset, overrides)  # a variant's flag the preset would ignore
+    return hargs, targs, overrides, given

@@ -1,9 +1,31 @@
-"""Parallel data for hf-attn: the embedded Bible corpus, local files, `datasets` datasets, SentencePiece tokenizers."""
+"""Parallel data for hf-attn: the embedded Bible corpus, local files, `datasets` datasets, SentencePiece tokenizers.
 
-from .bible import BIBLE_TRANSLATIONS, DEFAULT_TRANSLATION, clean_verse, read_bible_pair, resolve_translation
-from .corpus import Corpus, load_bible_corpus, load_corpus, load_file_corpus, load_hf_corpus, read_parallel_file
-from .preprocess import make_collator, tokenize_split
-from .tokenizer import cache_root, get_tokenizer, load_tokenizer, special_token_config
+The names load on first use (PEP 562): `hf-attn corpora` reads the Bible list without importing datasets and
+transformers."""
+
+import importlib
+
+_MODULES = {
+    ".bible": ("BIBLE_TRANSLATIONS", "DEFAULT_TRANSLATION", "clean_verse", "read_bible_pair", "resolve_translation"),
+    ".corpus": ("Corpus", "load_bible_corpus", "load_corpus", "load_file_corpus", "load_hf_corpus",
+                "read_parallel_file"),
+    ".preprocess": ("make_collator", "tokenize_split"),
+    ".tokenizer": ("cache_root", "get_tokenizer", "load_tokenizer", "special_token_config"),
+}
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "BIBLE_TRANSLATIONS", "DEFAULT_TRANSLATION", "Corpus", "cache_root", "clean_verse", "get_tokenizer",

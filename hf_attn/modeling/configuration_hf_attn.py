@@ -170,7 +170,48 @@ class HfAttnConfigMixin:
             raise HfAttnConfigError(
                 f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; valid presets: {sorted(PRESETS)}"
             )
+        check_preset_hyperparameters(name, overrides)
         return cls(**{**PRESETS[name].overrides, "preset": name, **overrides})
+
+
+def site_variants(fields: dict) -> dict[str, set[str]]:
+    """``{site: the variant names it uses}`` of config fields (``<site>_attention``, a name or a per-layer list;
+    unset: softmax)."""
+    out = {}
+    for site in SITES:
+        choice = current_variant_names(fields.get(f"{site}_attention", "softmax"))
+        out[site] = set(choice) if isinstance(choice, (list, tuple)) else {choice}
+    return out
+
+
+def unused_hyperparameters(preset: str, overrides: dict) -> dict[str, str]:
+    """``{hyperparameter: its variant}`` for the variant hyperparameters in ``overrides`` whose variant no site of
+    ``preset`` (with the site overrides in ``overrides``) uses: set, they would be ignored."""
+    used = set().union(*site_variants({**PRESETS[preset].overrides, **overrides}).values())
+    owner = {hp.name: variant for variant, c in ATTENTION_VARIANTS.items() for hp in c.hyperparameters}
+    return {k: owner[k] for k in overrides if k in owner and owner[k] not in used}
+
+
+def check_preset_hyperparameters(preset: str, overrides: dict) -> None:
+    """One line for a hyperparameter override of a variant the preset does not use (a mistyped preset would
+    otherwise train without a word about it). No hyperparameter is read by a variant other than its own."""
+    unused = unused_hyperparameters(preset, overrides)
+    if not unused:
+        return
+    declared = hyperparameters()
+    for key in unused:  # a bad value is named as such first
+        declared[key].check(declared[key].normalise(overrides[key]))
+    name, variant = next(iter(unused.items()))
+    cls = ATTENTION_VARIANTS[variant]
+    layout = site_variants({**PRESETS[preset].overrides, **overrides})
+    sites = ", ".join(f"{site} {'/'.join(sorted(v))}" for site, v in layout.items())
+    with_it = [p.name for p in PRESETS.values()
+               if variant in set().union(*site_variants(p.overrides).values())][:3]
+    raise HfAttnConfigError(
+        f"{name} is a hyperparameter of the {variant!r} attention, which preset {preset!r} does not use (its "
+        f"sites: {sites}); choose a preset with it ({', '.join(with_it)}), or set a site to it too, e.g. "
+        f"{cls.sites[-1]}_attention={variant!r} (--{cls.sites[-1]}_attention {variant})"
+    )
 
 
 def _variant_prefixes() -> set[str]:

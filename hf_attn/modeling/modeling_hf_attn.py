@@ -292,20 +292,21 @@ class HfAttnModelMixin:
             **{k: v for k, v in out.items() if k != "loss"},
         )
         if self.training and torch.is_grad_enabled():
-            problem = self._training_problem(labels)
+            problem = self._training_problem(labels, aux_loss is not None)
             if problem is not None:
-                self._fail_on_backward(result, problem)
+                self._fail_on_backward(result, problem, excused_by_aux_loss=labels is None and aux_loss is not None)
         if return_dict is False or (return_dict is None and not self.config.return_dict):
             return result.to_tuple()  # the loss (with the auxiliary loss) leads, as in stock transformers
         return result
 
-    def _training_problem(self, labels) -> str | None:
+    def _training_problem(self, labels, has_aux_loss: bool = False) -> str | None:
         """Why a training step through this forward pass would silently train the wrong thing (a variant's
         objective that vanishes, a schedule that stands still), or None (docs/training.md, "Auxiliary losses and
         other trainers").
 
         The objective needs ``labels`` in the forward call: a loop that drops them to compute its own loss
-        (transformers' `Seq2SeqTrainer` under label smoothing) would train without it."""
+        (transformers' `Seq2SeqTrainer` under label smoothing) would train without it, unless it adds ``aux_loss``
+        itself (``has_aux_loss``: this forward computed it without labels, as ReLUFormer's regulariser is)."""
         classes = self.variant_classes()
         needs_labels = [c.variant for c in classes if c.training_objective(self.config)]
         if labels is None and needs_labels:
@@ -315,8 +316,10 @@ class HfAttnModelMixin:
                 f"{what} adds an auxiliary objective to the training loss, so the model needs `labels` in every "
                 "training forward that is backpropagated (a loop that drops them to smooth the labels itself, as "
                 "transformers' Seq2SeqTrainer does with label smoothing, would train without it): with transformers' "
-                "example scripts pass --label_smoothing_factor 0; in your own code pass labels, or train with "
-                "hf_attn.training.HfAttnSeq2SeqTrainer"
+                "example scripts pass --label_smoothing_factor 0; in your own code "
+                + ("pass labels or add out.aux_loss to the loss you backpropagate" if has_aux_loss else
+                   "pass labels (its objective is computed from them; add out.aux_loss to a loss of your own)")
+                + ", or train with hf_attn.training.HfAttnSeq2SeqTrainer"
             )
         if not self._step_driven and any(c.needs_training_step(self.config) for c in classes):
             return (
@@ -327,21 +330,27 @@ class HfAttnModelMixin:
         return None
 
     @staticmethod
-    def _fail_on_backward(out: HfAttnSeq2SeqLMOutput, message: str) -> None:
-        """Raise `HfAttnConfigError` (``message``) when a gradient reaches any output of this forward pass.
+    def _fail_on_backward(out: HfAttnSeq2SeqLMOutput, message: str, excused_by_aux_loss: bool = False) -> None:
+        """Raise `HfAttnConfigError` (``message``) when a backward pass reaches the outputs of this forward pass.
 
         The error belongs to the step that computes a loss from the outputs and backpropagates it (the first
         training step of a loop that would lose the objective), not to the forward pass itself: a train-mode
         forward that is only looked at (a freshly built model run for inference, ``resize_token_embeddings``
-        checks) is fine."""
+        checks) is fine. ``excused_by_aux_loss``: a loop without labels that adds ``out.aux_loss`` to its own loss
+        (docs/python.md, "A training loop of your own") keeps the objective; the backward passes when the
+        auxiliary loss is among what it reached (one hook over all outputs sees every gradient of that pass)."""
+        tensors = [tensor for value in out.values() for tensor in (value if isinstance(value, tuple) else (value,))
+                   if isinstance(tensor, torch.Tensor) and tensor.requires_grad]
+        aux = next((i for i, t in enumerate(tensors) if t is out.aux_loss), None) if excused_by_aux_loss else None
 
-        def fail(grad):
-            raise HfAttnConfigError(message)
+        def check(grads):
+            if aux is not None and grads[aux] is not None:
+                return  # the auxiliary loss is part of the loss being backpropagated
+            if any(g is not None for g in grads):
+                raise HfAttnConfigError(message)
 
-        for value in out.values():
-            for tensor in value if isinstance(value, tuple) else (value,):
-                if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
-                    tensor.register_hook(fail)
+        if tensors:
+            torch.autograd.graph.register_multi_grad_hook(tensors, check)
 
     def _model_losses(self, out, inputs: dict, state: ForwardState):
         """(aux_loss or None, aux_logs or None) from the layers' losses and each variant's `model_losses` hook."""

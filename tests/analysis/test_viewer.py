@@ -246,3 +246,48 @@ def test_view_bad_input_gives_one_line(trained, tmp_path, capsys, args, message)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("hf-attn: error:") and message in err
     assert not (tmp_path / "out.html").exists()
+
+
+@pytest.fixture(scope="module")
+def stock_marian(tmp_path_factory):
+    from viewer_helpers import stock_model_dir
+
+    root = tmp_path_factory.mktemp("stock")
+    return stock_model_dir("marian", root / "stock-marian", root / "tokenizers")
+
+
+def test_stock_model_loads_with_eager_attention(stock_marian):
+    """A stock directory loads with SDPA, which returns no weights: the viewer switches it to eager."""
+    vm = viewer.load_viewed(stock_marian, "stock")
+    assert vm.model.config._attn_implementation == "eager"
+    view = viewer.sentence_view(vm.model, vm.tokenizer, SOURCES[0], REFERENCES[0], 64)
+    assert [len(view["sites"][s]) for s in ("encoder", "decoder", "cross")] == [2, 2, 2]
+    vm.model.set_attn_implementation("sdpa")  # what the page showed before: no weights -> one line, no page
+    with pytest.raises(HfAttnInputError, match="returned no attention weights for the encoder, decoder, cross"):
+        viewer.sentence_view(vm.model, vm.tokenizer, SOURCES[0], REFERENCES[0], 64)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("t5", "holds a t5 model: the viewer shows Marian and BART"),
+    ("untyped", "holds a untyped model"),
+    ("no-tokenizer", "holds no tokenizer"),
+    ("max-tokens", "--max_tokens 100 exceeds the 64 positions"),
+    ("empty-text", "--text is empty"),
+])
+def test_view_refuses_what_it_cannot_show_in_one_line(stock_marian, tmp_path, capsys, case, message):
+    d = tmp_path / case
+    shutil.copytree(stock_marian, d)
+    config = json.loads((d / "config.json").read_text())
+    if case in ("t5", "untyped"):
+        config["model_type"] = "t5" if case == "t5" else None
+        (d / "config.json").write_text(json.dumps(config))
+    if case == "no-tokenizer":
+        for name in viewer.TOKENIZER_FILES:
+            (d / name).unlink(missing_ok=True)
+    extra = ["--max_tokens", "100"] if case == "max-tokens" else []
+    text = "" if case == "empty-text" else "und gott sprach"
+    out = tmp_path / "out.html"
+    assert main(["view", str(d), "--text", text, "--output", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("hf-attn: error:") and message in err, err
+    assert not out.exists()

@@ -112,3 +112,44 @@ def test_every_variant_renders_every_view_without_errors(browser, tmp_path, pres
           const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
           for (let i = 0; i < d.length; i += 4) if (d[i] > 180 && d[i + 1] < 80 && d[i + 2] < 80) n++; return n; })()""")
         assert red > 20
+
+
+@pytest.fixture(scope="module")
+def stock_dirs(tmp_path_factory):
+    """Plain transformers directories (stock Marian, stock BART, tokenizer beside each), and the stock Marian
+    converted to rela-g with `swap_attention` (the same tokenizer): a user's baseline and their variant."""
+    from viewer_helpers import stock_model_dir
+
+    from hf_attn import swap_attention
+
+    root = tmp_path_factory.mktemp("stock")
+    dirs = {base: stock_model_dir(base, root / f"stock-{base}", root / "tokenizers") for base in ("marian", "bart")}
+    variant = swap_attention(str(dirs["marian"]), "rela-g")
+    variant.save_pretrained(root / "rela-g")
+    for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        (root / "rela-g" / name).write_bytes((dirs["marian"] / name).read_bytes())
+    dirs["rela-g"] = root / "rela-g"
+    return dirs
+
+
+@pytest.mark.parametrize("models", [["marian"], ["bart"], ["marian", "rela-g"]])
+def test_stock_directories_render_their_softmax_maps(browser, tmp_path, stock_dirs, models):
+    """`hf-attn view` on a stock save_pretrained directory (which loads with SDPA, returning no weights) shows its
+    softmax maps at every site, alone and beside a variant."""
+    from hf_attn.cli import main
+
+    out = tmp_path / "stock.html"
+    assert main(["view", *[str(stock_dirs[m]) for m in models], "--text", "und gott sprach es werde licht",
+                 "--output", str(out)]) == 0
+    data = viewer.read_viewer_data(out)
+    assert [m["preset"] for m in data["models"]] == ["stock", "rela-g"][: len(models)]
+    for view in data["sentences"][0]["models"]:
+        assert {site: len(layers) for site, layers in view["sites"].items()} == {"encoder": 2, "decoder": 2, "cross": 2}
+    page = browser.open(out)
+    page.wait_for("document.body.dataset.ready === 'true' || document.body.dataset.ready === 'error'")
+    assert page.evaluate("document.body.dataset.ready") == "true", page.evaluate("document.getElementById('error').textContent")
+    assert page.evaluate("document.querySelectorAll('.panel canvas.heatmap').length") == len(models)
+    for site in ("encoder", "decoder", "cross"):
+        choose(page, "site", site)
+        assert page.evaluate(CANVAS)["ink"] > 200, site  # drawn, not blank
+    assert page.errors == []

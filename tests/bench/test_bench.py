@@ -204,11 +204,12 @@ def test_a_wrong_gradient_or_token_is_a_mismatch():
 def test_compile_check_models_have_dropout_off():
     """Eager and compiled must compute the same function: every dropout of the model and the variants is 0."""
     s = compile_check.CompileCheckSettings(d_model=16, layers=1, heads=2, ffn=32, vocab=50, chunk=4,
-                                           overrides={"decoder_attention": "recurrent"})
+                                           overrides={"decoder_attention": "recurrent", "encoder_attention": "rela"})
     model = compile_check.build_model(s, "gmm")
     config = model.config
     assert config.dropout == config.attention_dropout == 0.0 and config.decoder_attention == "recurrent"
-    assert config.rela_chunk == config.reluformer_query_chunk == 4
+    assert config.rela_chunk == 4  # the block size where a site uses the variant; reluformer's stays its default
+    assert config.reluformer_query_chunk == type(config)().reluformer_query_chunk
     dropouts = [k for k in config.to_dict() if k.endswith("_dropout") and k != "activation_dropout"]
     assert "ran_attention_dropout" in dropouts and all(getattr(config, k) == 0.0 for k in dropouts), dropouts
     default = runner.build_preset(TINY, "gmm")[0].config  # (the benchmark keeps the configs' dropouts)

@@ -118,7 +118,7 @@ def test_every_hyperparameter_can_be_set_from_the_command_line(variant, tmp_path
 def test_dashes_none_and_the_saved_config(tmp_path):
     """``--flag-name`` works, ``none`` sets a nullable hyperparameter to None, and the values survive config.json."""
     argv = ["--preset", "ran-all", "--ran-transition-dim", "128", "--ran_attention_dropout", "none",
-            "--hard-gaussian-encoder-offsets", "-3"]
+            "--cross-attention", "hard-gaussian", "--hard-gaussian-encoder-offsets", "-3"]  # (a site uses it)
     model = build(argv, tmp_path)
     assert model.config.ran_transition_dim == 128 and model.config.ran_attention_dropout is None
     assert model.config.hard_gaussian_encoder_offsets == [-3]
