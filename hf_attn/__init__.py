@@ -9,6 +9,7 @@ already imported, else as soon as it is (`autoregister`).
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from . import autoregister
 from .version import __version__
@@ -27,6 +28,20 @@ _EXPORTS = {  # public name -> the module that defines it
 }
 
 __all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers and the API reference (mkdocstrings reads these); at run time: `__getattr__`
+    from .modeling import (
+        ATTENTION_VARIANTS,
+        PRESETS,
+        HfAttnBartConfig,
+        HfAttnBartForConditionalGeneration,
+        HfAttnConfigError,
+        HfAttnMarianConfig,
+        HfAttnMarianMTModel,
+        HfAttnSeq2SeqLMOutput,
+        Preset,
+    )
+    from .swap import swap_attention
 
 
 def __getattr__(name: str):

@@ -33,8 +33,10 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
-    if page.file.abs_src_path is None or page.file.src_uri.startswith("results/"):
-        return markdown  # the report's own links are relative to results/ already
+    if page.file.src_uri.startswith("results/"):  # the report links the docs as the repository has them
+        return markdown.replace("](../docs/", "](../")  # (../docs/x.md): served at ../x.md
+    if page.file.abs_src_path is None:
+        return markdown
     here = Path(page.file.abs_src_path).parent
 
     def rewrite(m):

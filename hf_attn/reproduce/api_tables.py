@@ -36,6 +36,9 @@ def field_valid_values() -> dict[str, str]:
                                            "indices 0..layers-1 that use the site's single variant (softmax "
                                            "elsewhere)")
     out["preset"] = "None, or the name of the preset the config was built from (`from_preset` sets it)"
+    out["attention_kernels"] = ("auto (the fused Triton kernels on CUDA where triton is installed), triton (always; "
+                                "the CPU only under TRITON_INTERPRET=1), eager (the written-out torch path); the "
+                                "environment variable HF_ATTN_KERNELS overrides it (docs/speed.md, 'On a GPU')")
     return out
 
 

@@ -83,7 +83,7 @@ def test_dry_run_renders_into_a_page_only_when_allowed(bench, dry_json, tmp_path
                             f"{dry_json.as_posix()}` from these runs:\n\nDRY RUN")
     assert "| calibration-gate | calibrated: eager, softmax: sdpa |" in block
     assert "| 32 | rela-g | 2 |" in block and "vs compiled stock" in block and "old" not in block
-    assert "| `rela-g` | `rela`: eager | `rela`: eager | `rela`: eager |" in text  # the kernel table too
+    assert "| `rela-g` | `rela`: **Triton** (`triton_relu.py`) | `rela`: **Triton** (`triton_relu.py`) |" in text  # the kernel table too
     assert text.endswith(f"{end}\n\n## Next\n")
     with pytest.raises(SystemExit, match="is not a GPU suite result"):
         run_main(bench, ["--gpu-suite", "--docs", str(page), "--from", str(page)])

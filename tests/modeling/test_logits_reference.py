@@ -22,10 +22,20 @@ RENAMED: dict[str, str] = {}
 RECORDED_DEFAULTS = {"reluformer_reg_weight": 1.0, "gmm_gate_init": 0.5}
 
 
+def preset_variants(preset: str) -> set[str]:
+    """The variants a preset runs at some site (a hyperparameter of another variant is refused by from_preset)."""
+    out = set()
+    for key, value in hf_attn.PRESETS[preset].overrides.items():
+        if key.endswith("_attention"):
+            out.update(value if isinstance(value, list) else [value])
+    return out
+
+
 def preset_outputs(base: str, preset: str) -> dict:
     """Eval logits and loss; training-mode loss and auxiliary loss (dropout is 0); beam-2 cached generation."""
     model = tiny_model(base, preset, seed=0, **{k: v for k, v in RECORDED_DEFAULTS.items()
-                                                 if k not in hf_attn.PRESETS[preset].overrides})
+                                                 if k not in hf_attn.PRESETS[preset].overrides
+                                                 and k.split("_")[0] in preset_variants(preset)})
     b = tiny_batch(batch=4, src_len=9, tgt_len=7, seed=3)
     with torch.no_grad():
         out = model.eval()(**b)

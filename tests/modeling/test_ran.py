@@ -22,7 +22,9 @@ SMALL = dict(ran_max_positions=32, ran_transition_dim=48)  # fast tiny RAN model
 
 
 def ran_model(base="marian", preset="ran-all", **kw):
-    return tiny_model(base, preset, **{**SMALL, **kw})
+    """A tiny model of ``preset``; SMALL's RAN sizes only where it runs RAN (the position-only baselines refuse them)."""
+    uses_ran = "recurrent" in {v for k, v in hf_attn.PRESETS[preset].overrides.items() if k.endswith("_attention")}
+    return tiny_model(base, preset, **{**(SMALL if uses_ran else {}), **kw})
 
 
 def count_transition_calls(model):

@@ -11,20 +11,28 @@ import sys
 import torch
 import torch.distributed as dist
 from conftest import tiny_batch, tiny_model
+
+import hf_attn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 
 STEPS, LR = 3, 0.05  # plain SGD: the weights differ from one process's exactly as the gradients do
-OVERRIDES = {"ran_attention_dropout": 0.0}  # no randomness: the same updates as the one-process reference
+OVERRIDES = {"ran_attention_dropout": 0.0}  # RAN presets: no randomness, the same updates as the one-process reference
+
+
+def overrides(preset: str) -> dict:
+    """OVERRIDES where the preset runs RAN (another preset refuses a RAN hyperparameter)."""
+    sites = {v for k, v in hf_attn.PRESETS[preset].overrides.items() if k.endswith("_attention")}
+    return OVERRIDES if "recurrent" in sites else {}
 
 
 def main(preset: str, wrap: str, out: str) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
-    model = tiny_model("marian", preset, **OVERRIDES).train()
+    model = tiny_model("marian", preset, **overrides(preset)).train()
     wrapped = [m for m in model.modules() if type(m).__name__ in wrap.split(",")]
     assert wrapped, f"no module of the classes {wrap} in the model"
     for module in wrapped:
@@ -40,7 +48,7 @@ def main(preset: str, wrap: str, out: str) -> None:
         assert torch.isfinite(loss.detach()).all(), float(loss.detach())
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
-        plain = tiny_model("marian", preset, **OVERRIDES)
+        plain = tiny_model("marian", preset, **overrides(preset))
         missing, unexpected = plain.load_state_dict(state, strict=False)
         assert not unexpected and all("position" in n for n in missing), (missing, unexpected)
         plain.save_pretrained(out)

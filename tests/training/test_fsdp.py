@@ -98,8 +98,8 @@ def test_fsdp_two_cpu_processes_match_one_process_and_reload(preset, tmp_path):
     code, stdout, stderr = launch_fsdp_workers(preset, out)
     assert code == 0, stdout[-2000:] + stderr[-4000:]
     reloaded = type(tiny_model("marian", preset)).from_pretrained(out).eval()
-    reference = train_like_the_processes(preset, fsdp_worker.STEPS, fsdp_worker.LR, **fsdp_worker.OVERRIDES)
-    start = tiny_model("marian", preset, **fsdp_worker.OVERRIDES).state_dict()
+    reference = train_like_the_processes(preset, fsdp_worker.STEPS, fsdp_worker.LR, **fsdp_worker.overrides(preset))
+    start = tiny_model("marian", preset, **fsdp_worker.overrides(preset)).state_dict()
     moved = 0
     for name, value in reference.state_dict().items():
         torch.testing.assert_close(reloaded.state_dict()[name], value, rtol=1e-4, atol=1e-6, msg=name)
