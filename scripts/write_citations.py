@@ -5,7 +5,7 @@ docs/papers/<key>.md page (`hf_attn/reproduce/citation_docs.py` says what goes w
 
     python scripts/write_citations.py            # after changing a citation, a variant's presets or a table row
 
-tests/test_docs.py fails while a block differs from what this writes.
+tests/test_citations.py fails while a block differs from what this writes.
 """
 
 from __future__ import annotations
