@@ -7,8 +7,8 @@ glibc serves every allocation above its mmap threshold (32 MiB at most) with fre
 them back on free. A training step of the default model allocates its logits and their gradients anew
 (batch x length x vocabulary floats: 64 x 40 x 8,002 x 4 B = 82 MB each), so the kernel maps and zeroes about 150,000
 pages per step. Measured on the 2-core CPU machine (default Marian, batch 64 x 40, 1 thread): 0.4-0.5 s of system
-time in a 3-3.7 s step. With mmap off and trimming off, freed blocks are reused and the step spends no time in the
-kernel; the cost is that memory the process frees stays with it (peak RSS grew by about 15% over 25 steps of mixed
+time in a 3-3.7 s step. With mmap off and trimming off, freed blocks are reused and the median step spends no time in
+the kernel (tests/bench/test_memory.py); the cost is that memory the process frees stays with it (peak RSS grew by about 15% over 25 steps of mixed
 lengths). ``HF_ATTN_MALLOC=system`` keeps glibc's defaults.
 """
 
