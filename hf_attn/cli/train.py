@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import sys
 
-from .train_args import parse_train_args
+from .snapshot import unknown_train_flags
 
 
 def run(argv) -> int:
+    unknown_train_flags(argv)  # a flag the command does not have: one line, before torch and transformers load
+    from .train_args import parse_train_args
+
     hargs, targs, overrides, given = parse_train_args(argv)
     from ..training.run import train  # the Trainer, data and metrics stacks: once the flags are parsed
 

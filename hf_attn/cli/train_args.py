@@ -34,6 +34,7 @@ from ..training.args import (
     model_config_arguments,
     model_overrides,
 )
+from .flags import pre_parse_base, unknown_flags_line
 
 
 # ---- variant hyperparameter flags: types, valid values and help from each variant's `hyperparameters` -------------
@@ -90,18 +91,9 @@ def join_negative_list_values(argv: list[str]) -> list[str]:
 
 
 # ---- the parser ---------------------------------------------------------------------------------------------------
-def _pre_parse_base(argv: list[str]) -> str:
-    for i, a in enumerate(argv):
-        if a in ("--base",) and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--base="):
-            return a.split("=", 1)[1]
-    return "marian"
-
-
 def build_train_parser(argv: list[str] | None = None):
     argv = sys.argv[1:] if argv is None else argv
-    base = _pre_parse_base(argv)
+    base = pre_parse_base(argv)
     if base not in ("marian", "bart"):
         raise HfAttnInputError(f"--base {base!r} is not valid; valid: marian, bart")
     parser = HfArgumentParser((HfAttnArguments, Seq2SeqTrainingArguments, model_config_arguments(base)),
@@ -147,6 +139,9 @@ def parse_train_args(argv: list[str] | None = None):
             # `accelerate launch --multi_gpu --num_processes N` / torchrun on a machine without GPUs: without
             # use_cpu, TrainingArguments sets up no process group and every process trains alone
             argv += ["--use_cpu", "true"]
+    unknown = unknown_flags_line(argv, parser._option_string_actions)
+    if unknown:  # the line `hf-attn train` gives before loading the parser (`snapshot.unknown_train_flags`)
+        raise HfAttnInputError(unknown)
     try:
         hargs, targs, cargs = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
     except ValueError as e:

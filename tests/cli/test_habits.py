@@ -117,6 +117,9 @@ def loaded_modules(*args: str) -> list[str]:
     return json.loads(p.stderr.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("args", [["--help"], ["corpora"], ["no-such-command"], ["corpora", "--help"]])
-def test_help_and_corpora_import_neither_torch_nor_transformers(args):
+@pytest.mark.parametrize("args", [["--help"], ["corpora"], ["no-such-command"], ["corpora", "--help"], ["presets"],
+                                  ["presets", "--verbose"], ["presets", "--bibtex", "rela-g"],
+                                  ["train", "--no_such_flag"], ["train", "--base", "bart", "--d_modl", "8"]])
+def test_help_corpora_presets_and_unknown_train_flags_import_neither_torch_nor_transformers(args):
+    """`presets` and `train`'s unknown flags answer from hf_attn/cli/snapshot.json (tests/cli/test_snapshot.py)."""
     assert loaded_modules(*args) == []
