@@ -98,7 +98,7 @@ def machines_line(runs: list[dict], effect_link: str = "#machine-effect") -> str
     for r in runs:
         by_kind[device_kind(r)].append(r)
     if len(counts) == 1:
-        return f"Machine: all {len(runs)} runs on {next(iter(counts))}."
+        return f"Machine: {'the one run' if len(runs) == 1 else f'all {len(runs)} runs'} on {next(iter(counts))}."
     text = "Machines: " + "; ".join(f"{n} run{'s' if n > 1 else ''} on {d}" for d, n in sorted(counts.items()))
     if len(by_kind) == 1:
         return text + "."

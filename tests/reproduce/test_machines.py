@@ -35,6 +35,7 @@ def test_device_kind():
 def test_machines_line_counts_runs_per_machine_and_names_the_runs_of_each_kind():
     one = [rec("softmax", s, CPU) for s in (1, 2)]
     assert machines_line(one) == f"Machine: all 2 runs on {CPU}."
+    assert machines_line(one[:1]) == f"Machine: the one run on {CPU}."
     two_cpus = one + [rec("gmm", 1, "x86_64 CPU, 2 threads x 1 process(es)")]
     assert machines_line(two_cpus) == (f"Machines: 2 runs on {CPU}; 1 run on x86_64 CPU, 2 threads x 1 process(es).")
     mixed = one + [rec("gmm", s, GPU) for s in (2, 1)]
