@@ -8,10 +8,10 @@ already imported, else as soon as it is (`autoregister`).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from . import autoregister
+from .lazy import lazy_names
 from .version import __version__
 
 _EXPORTS = {  # public name -> the module that defines it
@@ -44,16 +44,6 @@ if TYPE_CHECKING:  # for type checkers and the API reference (mkdocstrings reads
     from .swap import swap_attention
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'hf_attn' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value  # the next access skips this function
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
-
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals())
 
 autoregister.when_transformers_loads()  # `import hf_attn` is enough for AutoModelForSeq2SeqLM to load hf-attn dirs

@@ -4,39 +4,30 @@ the submodule `_EXPORTS` names (docs/api.md documents them there). They are impo
 
 from __future__ import annotations
 
-import importlib
+from ..lazy import lazy_names
 
 _EXPORTS = {
-    "AnalyzeOptions": "options",
-    "analyze_dirs": "report",
-    "attention_report": "stats",
-    "format_report": "stats",
-    "collect_attentions": "stats",
-    "layer_statistics": "stats",
-    "sparsity_rate": "stats",
-    "null_rows": "stats",
-    "null_rate": "stats",
-    "entropy": "stats",
-    "head_diversity": "stats",
-    "alignment_error_rate": "stats",
-    "plot_attention_heads": "stats",
-    "plot_layer_statistics": "stats",
-    "gmm_parameters": "gmm",
-    "learned_attention": "ran",
-    "calibration_maps": "calibration",
-    "write_viewer": "viewer",
+    "AnalyzeOptions": ".options",
+    "analyze_dirs": ".report",
+    "attention_report": ".stats",
+    "format_report": ".stats",
+    "collect_attentions": ".stats",
+    "layer_statistics": ".stats",
+    "sparsity_rate": ".stats",
+    "null_rows": ".stats",
+    "null_rate": ".stats",
+    "entropy": ".stats",
+    "head_diversity": ".stats",
+    "alignment_error_rate": ".stats",
+    "plot_attention_heads": ".stats",
+    "plot_layer_statistics": ".stats",
+    "gmm_parameters": ".gmm",
+    "learned_attention": ".ran",
+    "calibration_maps": ".calibration",
+    "write_viewer": ".viewer",
 }
 
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals())

@@ -3,7 +3,7 @@
 The names load on first use (PEP 562): `hf-attn corpora` reads the Bible list without importing datasets and
 transformers."""
 
-import importlib
+from ..lazy import lazy_names
 
 _MODULES = {
     ".bible": ("BIBLE_TRANSLATIONS", "DEFAULT_TRANSLATION", "clean_verse", "read_bible_pair", "resolve_translation"),
@@ -15,17 +15,7 @@ _MODULES = {
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
-
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals())
 
 __all__ = [
     "BIBLE_TRANSLATIONS", "DEFAULT_TRANSLATION", "Corpus", "cache_root", "clean_verse", "get_tokenizer",

@@ -5,31 +5,22 @@ checks) does not import transformers' Trainer."""
 
 from __future__ import annotations
 
-import importlib
+from ..lazy import lazy_names
 
 _EXPORTS = {
-    "HfAttnSeq2SeqTrainer": "trainer",
-    "TrainingStepCallback": "trainer",
-    "TimeBudgetCallback": "trainer",
-    "StopOnSignalCallback": "trainer",
-    "Seq2SeqMetrics": "metrics",
-    "score_translations": "metrics",
-    "evaluate_dir": "run",
-    "convert_checkpoint": "convert",
-    "write_model_card": "cards",
-    "push_model_dir": "hub",
+    "HfAttnSeq2SeqTrainer": ".trainer",
+    "TrainingStepCallback": ".trainer",
+    "TimeBudgetCallback": ".trainer",
+    "StopOnSignalCallback": ".trainer",
+    "Seq2SeqMetrics": ".metrics",
+    "score_translations": ".metrics",
+    "evaluate_dir": ".run",
+    "convert_checkpoint": ".convert",
+    "write_model_card": ".cards",
+    "push_model_dir": ".hub",
 }
 
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals())
