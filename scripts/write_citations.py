@@ -10,30 +10,11 @@ tests/test_citations.py fails while a block differs from what this writes.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from hf_attn.errors import HfAttnInputError
+from _rewrite import rewrite_main
+
 from hf_attn.reproduce.citation_docs import write_citations
 
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
-                   help="the repository root (default: this script's)")
-    a = p.parse_args(argv)
-    try:
-        changed = write_citations(a.root)
-    except HfAttnInputError as e:
-        print(f"write_citations: error: {e}", file=sys.stderr)
-        return 2
-    for path in changed:
-        print(f"rewrote {path}")
-    if not changed:
-        print("the citations are up to date")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(rewrite_main(__doc__, write_citations, "the citations are"))
