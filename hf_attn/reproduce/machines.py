@@ -4,7 +4,9 @@ The same seed is not the same run on two kinds of machine: dropout's random stre
 the kernels round differently), so a run trained again on another kind of machine is another draw, like another
 seed. A run's record names its machine (``results.device``). A second record of the same run (preset, pair, budget,
 seed, base, flags) trained on another kind of machine lives in ``runs/machine/<name>.json``, with its test
-translations beside it, under the same name as its first record in ``runs/``.
+translations beside it, under the same name as its first record in ``runs/``. A second record may be the record of
+another setup whose flags give the same configuration (an experiment's arm that sets a value to what is now the
+default): its ``same_run_as`` names that record, its flags, and why they are the same run.
 
 `one_kind_per_group` picks the records the report's tables use: in a group (base, pair, budget, flags) whose first
 records come from more than one kind of machine, the records of one kind wherever that kind has a record of every
@@ -156,8 +158,13 @@ def machine_effect_section(chosen: list[dict], others: list[dict]) -> tuple[list
         rows.append(row)
     diffs = [abs(r["difference"]) for r in rows]
     sds = [r["seed_sd"] for r in rows if r["seed_sd"] is not None]
+    within = [r for r in rows if r["seed_sd"] is not None and abs(r["difference"]) <= r["seed_sd"]]
     md += ["", f"Mean absolute difference between the two machines: {statistics.mean(diffs):.1f} BLEU over "
                f"{len(rows)} run{'s' if len(rows) > 1 else ''}"
-               + (f"; the same presets' standard deviation across seeds: {min(sds):.1f} to {max(sds):.1f}." if sds
-                  else "."), ""]
-    return md, rows
+               + (f"; the same presets' standard deviation across seeds: {min(sds):.1f} to {max(sds):.1f}; "
+                  f"{len(within)} of {len(rows)} differences are within their preset's seed sd." if sds else "."),
+           ""]
+    md += [f"- `{r['name']}` on {device_kind(r)}: the record of `{r['same_run_as']['record']}` "
+           f"({' '.join(r['same_run_as']['flags'])}): {r['same_run_as']['why']}."
+           for pair in pairs for r in pair if r.get("same_run_as")]
+    return md + ([""] if md[-1] else []), rows

@@ -84,9 +84,21 @@ def test_machine_effect_sets_each_difference_against_the_seed_spread():
                      "seed": 2, "bleu": {"CPU": 11.5, "NVIDIA H200": 12.0}, "difference": 0.5, "seed_sd": 0.76,
                      "used": "CPU"}]
     assert "Mean absolute difference between the two machines: 0.5 BLEU over 1 run; the same presets' standard " \
-           "deviation across seeds: 0.8 to 0.8." in text
+           "deviation across seeds: 0.8 to 0.8; 1 of 1 differences are within their preset's seed sd." in text
     md, rows = machine_effect_section(first, [])
     assert rows == [] and "No run has a second record yet" in "\n".join(md)
+
+
+def test_a_second_record_from_an_experiment_arm_says_which_record_it_is():
+    first = [rec("softmax", s, CPU, 10.0 + s) for s in (1, 2, 3)]
+    arm = dict(rec("softmax", 2, GPU, 14.0), same_run_as={"record": "de-en_600steps_seed2_xabc_softmax",
+                                                          "flags": ["--label_smoothing_factor", "0.1"],
+                                                          "why": "0.1 is the default"})
+    md, rows = machine_effect_section(*one_kind_per_group(first, [arm]))
+    text = "\n".join(md)
+    assert rows[0]["difference"] == 2.0 and "0 of 1 differences are within" in text
+    assert ("- `de-en_600steps_seed2_softmax` on NVIDIA H200: the record of `de-en_600steps_seed2_xabc_softmax` "
+            "(--label_smoothing_factor 0.1): 0.1 is the default.") in text
 
 
 def _set_device(path, device):
