@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from training_helpers import bible_pairs, offline_env, run_cli, write_jsonl
+from training_helpers import bible_pairs, cli_in_process, offline_env, run_cli, write_jsonl
 
 import hf_attn
 from hf_attn.training.cards import TRAINER_START
@@ -80,7 +80,7 @@ def test_converted_languages_come_from_the_card_else_the_tokenizer(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["not-empty", "no-tokenizer", "no-source", "hub-offline"])
-def test_convert_misuse_is_one_line(case, trained, tmp_path):
+def test_convert_misuse_is_one_line(case, trained, tmp_path, capsys):
     src, out = str(trained), tmp_path / "out"
     if case == "not-empty":
         out.mkdir()
@@ -95,25 +95,25 @@ def test_convert_misuse_is_one_line(case, trained, tmp_path):
     else:
         src = str(tmp_path / "missing")
     started = time.time()
-    p = run_cli(["convert", str(src), str(out), "--preset", "gmm"])
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+    code, err = cli_in_process(["convert", str(src), str(out), "--preset", "gmm"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
     expected = {"not-empty": "exists and is not empty", "no-tokenizer": "holds no tokenizer files",
                 "no-source": "no such model directory", "hub-offline": "the Hub is offline"}[case]
-    assert expected in p.stderr and "NoneType" not in p.stderr
+    assert expected in err and "NoneType" not in err
     assert time.time() - started < 40  # at once, not after the Hub client's retries
 
 
 @pytest.mark.slow
-def test_card_of_a_stock_model_is_one_line(tmp_path):
+def test_card_of_a_stock_model_is_one_line(tmp_path, capsys):
     from transformers import MarianConfig, MarianMTModel
 
     stock = tmp_path / "stock"
     MarianMTModel(MarianConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=16,
                                decoder_ffn_dim=16, encoder_attention_heads=2, decoder_attention_heads=2,
                                pad_token_id=0, decoder_start_token_id=0, max_position_embeddings=32)).save_pretrained(stock)
-    p = run_cli(["card", str(stock)])
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
-    assert "holds a marian model, without hf-attn attention" in p.stderr and "hf-attn convert" in p.stderr
+    code, err = cli_in_process(["card", str(stock)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert "holds a marian model, without hf-attn attention" in err and "hf-attn convert" in err
     assert not (stock / "README.md").exists()
 
 

@@ -43,6 +43,20 @@ def run_cli(args: list[str], cwd=None, timeout=300, **env) -> subprocess.Complet
                           capture_output=True, text=True, timeout=timeout)
 
 
+def cli_in_process(args: list[str], capsys) -> tuple[int, str]:
+    """``hf-attn ARGS`` through the command's `main` in this process: (exit code, stderr). For the one-line errors of
+    bad input, which need no fresh interpreter (a subprocess would spend seconds importing torch and transformers);
+    an exception `main` lets through fails the test, as a traceback would."""
+    from hf_attn.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse's own exits (--help)
+        code = e.code
+    return code, capsys.readouterr().err
+
+
 def write_jsonl(path: Path, pairs, src="de", tgt="en") -> Path:
     with open(path, "w", encoding="utf-8") as f:
         for s, t in pairs:
