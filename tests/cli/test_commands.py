@@ -16,7 +16,7 @@ from hf_attn.analysis.options import AnalyzeOptions, option_defaults
 from hf_attn.analysis.report import analyze_dirs
 from hf_attn.cli import main
 from hf_attn.cli.analyze import analyze_parser, parse_options
-from training_helpers import TINY_ARGS, bible_pairs, run_cli, write_jsonl
+from training_helpers import TINY_ARGS, bible_pairs, cli_in_process, run_cli, write_jsonl
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread
@@ -162,13 +162,13 @@ def test_broken_input_gives_one_error_line(tmp_path, capsys, make_args, message)
 
 
 @pytest.mark.slow
-def test_error_line_from_the_console(tmp_path):
+def test_error_line_from_the_console(tmp_path, capsys):
     p = run_cli(["train", "--source", "de", "--target", "klingon", "--output_dir", str(tmp_path / "o")])
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [p.stderr.strip()]
     assert "unknown Bible language or translation code 'klingon'" in p.stderr
-    p = run_cli(["evaluate", str(tmp_path / "nothing")])
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "holds no config.json" in p.stderr
+    code, err = cli_in_process(["evaluate", str(tmp_path / "nothing")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "holds no config.json" in err
 
 
 @pytest.mark.slow

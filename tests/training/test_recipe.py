@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import tiny_config, tiny_model
-from training_helpers import TINY_ARGS, run_cli
+from training_helpers import TINY_ARGS, cli_in_process, run_cli
 
 from hf_attn.errors import HfAttnInputError
 from hf_attn.training.checkpoints import average_last_checkpoints
@@ -97,10 +97,15 @@ def test_a_run_records_its_recipe(tmp_path):
     card = (out / "README.md").read_text()
     assert "| layer init | xavier_uniform" in card and "| checkpoint averaging | checkpoint-2, checkpoint-4" in card
     assert "length penalty 0.6" in card
-    bad = run_cli(["train", *TINY_ARGS, "--average_checkpoints", "-1", "--output_dir", str(tmp_path / "bad")])
-    assert bad.returncode == 2 and "--average_checkpoints -1 must be an integer >= 0" in bad.stderr
-    both = run_cli(["train", *TINY_ARGS, "--noam_factor", "1", "--output_dir", str(tmp_path / "both")])
-    assert both.returncode == 2 and "drop --learning_rate" in both.stderr and "tokeniz" not in both.stderr
+
+
+def test_recipe_flag_misuse_is_one_line(tmp_path, capsys):
+    code, err = cli_in_process(["train", *TINY_ARGS, "--average_checkpoints", "-1", "--output_dir",
+                                str(tmp_path / "bad")], capsys)
+    assert code == 2 and "--average_checkpoints -1 must be an integer >= 0" in err
+    code, err = cli_in_process(["train", *TINY_ARGS, "--noam_factor", "1", "--output_dir", str(tmp_path / "both")],
+                               capsys)
+    assert code == 2 and "drop --learning_rate" in err and "tokeniz" not in err
 
 
 def test_evaluation_warnings_name_what_makes_a_score_mean_little():
