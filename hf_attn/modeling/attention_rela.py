@@ -152,7 +152,7 @@ class RelaAttention(VariantAttention):
             init.uniform_(self.rela_gate_weight, -bound, bound)
 
     def attend(self, q, k, v, keep, ctx):
-        if use_triton(self, q, ctx.output_attentions) and triton_supports(q, k, keep):  # the fused kernel, any length
+        if use_triton(self, q, ctx.output_attentions, triton_supports(q, k, keep)):  # the fused kernel, any length
             out, _, _ = triton_relu_attention(q, k, v, keep, activation=self.activation, slope=self.leaky_slope,
                                               dropout=self.attn_dropout, scale=self.scaling)
             return out, None

@@ -221,7 +221,7 @@ class ReluFormerAttention(VariantAttention):
             q, k, v, keep, scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
             eps=self.eps, entropy_bound=self.entropy_bound, need_weights=ctx.output_attentions, chunk=self.query_chunk,
             stats=self.wants_statistics(ctx), stats_grad=self.regularised,
-            fused=use_triton(self, q, ctx.output_attentions),
+            fused=use_triton(self, q, ctx.output_attentions, triton_supports(q, k, keep)),
         )
         if stats is not None:  # per-row statistics for L_reg (`model_losses`)
             ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = head_sums(stats)

@@ -83,8 +83,11 @@ def _cannot_run(mode_source: str, tensor) -> HfAttnConfigError | None:
     return None
 
 
-def use_triton(module, tensor, need_weights: bool = False) -> bool:
+def use_triton(module, tensor, need_weights: bool = False, supported: bool = True) -> bool:
     """True when ``module``'s attention on ``tensor`` runs on a fused kernel.
+
+    ``supported``: the kernel's own answer for this call's shapes and mask (`triton_relu.triton_supports`); where it
+    says no, the call runs eager in every mode, and the decision recorded (`record_paths`) says so.
 
     Never when weights are asked for (``need_weights``), when the model set ``module.eager_attention`` (loaded with
     ``attn_implementation="eager"``, or a forward pass asking for weights or details), or in mode "eager". Mode
@@ -94,12 +97,12 @@ def use_triton(module, tensor, need_weights: bool = False) -> bool:
     decision = False
     if not (need_weights or getattr(module, EAGER_FLAG, False) or mode == "eager"):
         if mode == "auto":
-            decision = triton is not None and tensor.is_cuda
+            decision = triton is not None and tensor.is_cuda and supported
         else:
             problem = _cannot_run(KERNELS_ENV if os.environ.get(KERNELS_ENV) else "attention_kernels", tensor)
             if problem is not None:
                 raise problem
-            decision = True
+            decision = supported
     if _trace is not None:
         _trace.append((getattr(module, "variant", type(module).__name__), getattr(module, "site", None),
                        "triton" if decision else "eager"))

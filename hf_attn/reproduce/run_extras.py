@@ -47,8 +47,8 @@ def attention_path(model, tokenizer, device: torch.device | None = None) -> dict
     answers: dict[int, bool] = {}
     original = fused.use_triton
 
-    def recording(module, tensor, need_weights: bool = False) -> bool:
-        used = original(module, tensor, need_weights)
+    def recording(module, tensor, need_weights: bool = False, supported: bool = True) -> bool:
+        used = original(module, tensor, need_weights, supported)
         answers[id(module)] = answers.get(id(module), False) or used
         return used
 

@@ -195,3 +195,20 @@ def test_triton_kernel_runs_on_the_test_device(test_device):
     out = torch.empty_like(x)
     _scaled_add[(3,)](x, y, out, 37, 0.5, BLOCK=16)
     torch.testing.assert_close(out, x + 0.5 * y)
+
+
+@requires_triton
+@pytest.mark.parametrize("preset,variant", [("rela-g", "rela"), ("reluformer", "reluformer")])
+def test_a_call_the_kernel_cannot_take_runs_eager_and_is_recorded_eager(preset, variant):
+    """Kernels forced on, a head of 136 dimensions (the ReLU kernel takes at most 128): the call falls back to the
+    eager path and the recorded decision says "eager", as the runs' `attention_path` and the GPU suite's kernel table
+    read it; heads of 16 dimensions take the kernel."""
+    batch = tiny_batch()
+    paths = {}
+    for name, sizes in {"fits": {}, "too wide": dict(d_model=136, encoder_attention_heads=1,
+                                                     decoder_attention_heads=1)}.items():
+        model = tiny_model("marian", preset, attention_kernels="triton", **sizes).train()
+        with fused.record_paths() as trace:
+            model(**batch)
+        paths[name] = {path for v, _, path in trace if v == variant}
+    assert paths == {"fits": {"triton"}, "too wide": {"eager"}}
