@@ -1,6 +1,7 @@
 """`scripts/reproduce_report.sh` is the matrix behind the committed report: every record in results/runs/ is one of
 its runs, and each of its runs is recorded or listed as still to run (results/plan.json); every second record, in
-results/runs/machine/, is one of the runs it trains again on a second kind of machine."""
+results/runs/machine/, is one of the runs it trains again on a second kind of machine, or the record of another of
+its runs with the same configuration (`same_run_as`)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,12 @@ def test_the_script_trains_every_recorded_run_and_ends_with_the_report(tmp_path)
         # the second machine's matrix writes its own report; its records are copied to results/runs/machine/
         (names if options.output_dir == "results" else again).update(s.name for s in matrix_of(options, train_args))
     assert again and again <= names, "runs trained again on a second machine that the matrix does not train"
-    assert {p.stem for p in (RESULTS / "runs" / "machine").glob("*.json")} <= again, "second records of other runs"
+    second = [json.loads(p.read_text()) for p in (RESULTS / "runs" / "machine").glob("*.json")]
+    # a second record is a run the script trains again, or (`same_run_as`) the record of another of its runs whose
+    # flags give the same configuration (an experiment's arm)
+    borrowed = {r["name"]: r["same_run_as"]["record"] for r in second if r.get("same_run_as")}
+    assert set(borrowed) <= names and set(borrowed.values()) <= names, "second records borrowed from other runs"
+    assert {r["name"] for r in second} - set(borrowed) <= again, "second records of other runs"
     recorded = {p.stem for p in (RESULTS / "runs").glob("*.json")}
     planned = set(json.loads((RESULTS / "plan.json").read_text()))
     assert recorded - names == set(), "records the script would not make"
