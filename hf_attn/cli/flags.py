@@ -33,9 +33,9 @@ def unknown_flags_line(argv: list[str], options) -> str | None:
             unknown.append(flag)
     if not unknown:
         return None
+    names = sorted({o[2:].replace("-", "_") for o in options})
     hints = []
     for flag in unknown:
-        names = sorted({o[2:].replace("-", "_") for o in options})
         close = difflib.get_close_matches(flag[2:].replace("-", "_"), names, n=1)
         hints.append(f"{flag} (did you mean --{close[0]}?)" if close else flag)
     noun = "flag" if len(unknown) == 1 else "flags"
