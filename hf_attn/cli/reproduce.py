@@ -39,6 +39,9 @@ def reproduce_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", default=d.only, help="with --experiments: comma-separated experiment ids to run")
     p.add_argument("--converged", default=d.converged, help="run a converged-matrix file (e.g. results/converged.json: "
                    "a pilot decides the budget by its pre-registered rule, then the matrix) instead of --presets/...")
+    p.add_argument("--retrofit", default=d.retrofit, help="run a retrofit file (e.g. results/retrofit.json: softmax "
+                   "parents, each swapped to the file's presets and fine-tuned, with a softmax control) instead of "
+                   "--presets/...")
     p.add_argument("--deadline", type=float, default=d.deadline, metavar="SECONDS", help="start no run whose estimated "
                    "time would end more than SECONDS after the command started (one slot of machine time)")
     p.add_argument("--no_report", "--no-report", action="store_true", default=d.no_report,

@@ -1,6 +1,6 @@
 """The runs of `hf-attn reproduce`: `RunSpec` (one cell: preset, pair, budget, seed, base and extra `hf-attn train`
-flags), the matrix of a command line (`matrix`) or of an experiments file (`experiment_specs`), and where a run's
-record lives (`record_path`)."""
+flags; a retrofit child also names its parent run), the matrix of a command line (`matrix`) or of an experiments file
+(`experiment_specs`), and where a run's record lives (`record_path`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from pathlib import Path
 
 from ..errors import HfAttnInputError
 from ..modeling.presets import check_preset
+
+
+STEP0_SUFFIX = ".step0"  # a retrofit child's swapped model before any update: runs_dir/<name>.step0
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,7 @@ class RunSpec:
     seed: int
     base: str = "marian"
     train_args: tuple = field(default_factory=tuple)
+    parent: str = ""  # a retrofit child (`retrofit.py`): the name of the run whose model it starts from, swapped
 
     @property
     def pair(self) -> str:
@@ -31,8 +35,11 @@ class RunSpec:
 
     @property
     def setup(self) -> str:
-        """Everything but the preset: runs with the same setup are compared with each other (and with softmax)."""
+        """Everything but the preset: runs with the same setup are compared with each other (and with softmax). A
+        retrofit child's is its parent's name, ``+``, its own steps and flags (``de-en_1200steps_seed42_softmax+600steps_x...``)."""
         extra = f"_x{hashlib.sha1(' '.join(self.train_args).encode()).hexdigest()[:6]}" if self.train_args else ""
+        if self.parent:
+            return f"{self.parent}+{self.steps}steps{extra}"
         return f"{'' if self.base == 'marian' else self.base + '_'}{self.pair}_{self.steps}steps_seed{self.seed}{extra}"
 
     @property
@@ -43,6 +50,8 @@ class RunSpec:
         argv = ["--preset", self.preset, "--base", self.base, "--source", self.source, "--target", self.target,
                 "--max_steps", str(self.steps), "--seed", str(self.seed), "--output_dir", str(output_dir),
                 *self.train_args]
+        if self.parent:  # the swapped parent, saved beside the run before it trains (`retrofit.step_zero_dir`)
+            argv += ["--init_from", str(Path(output_dir).parent / f"{self.name}{STEP0_SUFFIX}")]
         return argv + (["--resume"] if resume else [])
 
 

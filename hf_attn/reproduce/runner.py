@@ -45,6 +45,7 @@ from .converged import converged_specs
 from .matrix import RunSpec, csv_values, experiment_specs, matrix, record_path
 from .records import load_records
 from .report import write_report
+from .retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs, step_zero
 from .run_extras import averaged_arm, run_attention_path
 from .slot import run_converged
 
@@ -74,6 +75,10 @@ def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 20
     results = run_dir / "results.json"
     record = {"version": RECORD_VERSION, "name": spec.name, "setup": spec.setup, "spec": asdict(spec),
               "command": "hf-attn train " + " ".join(spec.train_argv(run_dir, False))}
+    step0_hyps = None
+    if spec.parent:  # a retrofit child: its parent swapped and scored before any update (`retrofit.step_zero`)
+        step0, step0_hyps = step_zero(spec, runs_dir)
+        record["retrofit"] = {"parent": spec.parent, "step0": step0}
     if not results.is_file():
         hargs, targs, overrides, given = parse_train_args(spec.train_argv(run_dir, _complete_checkpoint(run_dir)))
         try:
@@ -90,6 +95,9 @@ def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 20
         record["averaged"], averaged_hyps = averaged_arm(run_dir, average_last)
     record["analysis"] = analyse_run(run_dir, sentences)
     hyps = (run_dir / "test_translations.txt").read_text(encoding="utf-8").splitlines()
+    if step0_hyps is not None:
+        record_path(output_dir, spec).parent.mkdir(parents=True, exist_ok=True)
+        record_path(output_dir, spec).with_suffix(STEP0_HYPS).write_text("\n".join(step0_hyps) + "\n", encoding="utf-8")
     return _write_record(output_dir, spec, record, hyps, averaged_hyps)
 
 
@@ -169,7 +177,8 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                estimate=None) -> list[str]:
     """Run every spec without a record, ``jobs`` at a time, each in a child process; returns the failed names.
     With a ``deadline`` (a `time.monotonic` value) and ``estimate`` (spec -> seconds), a run starts only if its
-    estimate ends before the deadline; the others are left for the next sitting (`run_extras`: ``average_last``)."""
+    estimate ends before the deadline; the others are left for the next sitting (`run_extras`: ``average_last``).
+    A retrofit child (``spec.parent``) starts once its parent is recorded (`retrofit.parent_ready`)."""
     todo = [s for s in specs if not record_path(output_dir, s).is_file()]
     print(f"[hf-attn] reproduce: {len(specs)} runs, {len(specs) - len(todo)} already recorded, {len(todo)} to run "
           f"({jobs} at a time)", flush=True)
@@ -188,8 +197,10 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
             queue, forwarded = [], True
             for proc, _ in running.values():
                 proc.send_signal(stop.signum)
-        while queue and len(running) < jobs:
-            spec = queue.pop(0)
+        while len(running) < jobs:
+            spec = _next_ready(queue, runs_dir, output_dir, failed, bar, not running)
+            if spec is None:
+                break
             if deadline is not None and time.monotonic() + (estimate(spec) if estimate else 0) > deadline:
                 left.append(spec.name)
                 bar.update(1)
@@ -201,46 +212,81 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                            "skipped")
                 bar.update(1)
                 continue
-            log = runs_dir / f"{spec.name}.log"
-            state = "resuming" if _complete_checkpoint(runs_dir / spec.name) else "starting"
-            tqdm.write(f"[hf-attn] {state} {spec.name} (log: {log})")
-            cmd = [sys.executable, "-m", "hf_attn.reproduce.runner", json.dumps(asdict(spec)), str(runs_dir),
-                   str(output_dir), str(sentences), str(average_last)]
-            with open(log, "a", encoding="utf-8") as fh:
-                running[spec.name] = (subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=child_env(threads)),
-                                      spec)
+            running[spec.name] = (_start(spec, runs_dir, output_dir, threads, sentences, average_last), spec)
         time.sleep(1.0)
         for name, (proc, spec) in list(running.items()):
             if proc.poll() is None:
                 continue
             del running[name]
             bar.update(1)
-            if proc.returncode == PREEMPTED_EXIT:
-                tqdm.write(f"[hf-attn] {name} saved a checkpoint and stopped; it resumes from there")
-            elif proc.returncode == BUSY_EXIT:
-                busy.append(name)
-                tqdm.write(f"[hf-attn] {name} is being trained by another process: skipped")
-            elif proc.returncode != 0 or not record_path(output_dir, spec).is_file():
-                failed.append(name)
-                tqdm.write(f"[hf-attn] {name} stopped with exit code {proc.returncode}; see {runs_dir / (name + '.log')}"
-                           " (run the same command again to resume it)")
-            else:
-                rec = json.loads(record_path(output_dir, spec).read_text())
-                r = rec.get("results") or {}
-                tqdm.write(f"[hf-attn] {name}: " + (f"BLEU {r['bleu']:.1f} / chrF {r['chrf']:.1f}" if r else
-                                                     rec.get("error", rec["status"])))
+            _finished(name, proc.returncode, spec, runs_dir, output_dir, failed, busy)
     bar.close()
     stop.restore()
+    _closing_lines(left, busy)
+    if stop.name:
+        raise HfAttnPreempted(f"stopped by {stop.name}: the runs in progress saved a checkpoint; run the same command "
+                              "again to resume them and the rest of the matrix")
+    return failed
+
+
+def _next_ready(queue: list[RunSpec], runs_dir: Path, output_dir: Path, failed: list[str], bar, idle: bool):
+    """Take the first run of ``queue`` that can start now (a retrofit child waits for its parent's record); a child
+    whose parent failed is failed too. With nothing running (``idle``) and nothing ready, the waiting runs are
+    dropped with one line each: their parents are not in this matrix and not recorded."""
+    for spec in list(queue):
+        state = parent_ready(spec, runs_dir, output_dir)
+        if state == "ready":
+            queue.remove(spec)
+            return spec
+        if state == "failed":
+            queue.remove(spec)
+            failed.append(spec.name)
+            bar.update(1)
+            tqdm.write(f"[hf-attn] {spec.name}: its parent {spec.parent} failed or its model is not in {runs_dir}; "
+                       "not started")
+    if idle:
+        for spec in queue:
+            tqdm.write(f"[hf-attn] {spec.name}: waits for its parent {spec.parent}, which is not recorded; run the "
+                       "same command again once it is")
+            bar.update(1)
+        queue.clear()
+    return None
+
+
+def _start(spec: RunSpec, runs_dir: Path, output_dir: Path, threads, sentences: int, average_last: int):
+    log = runs_dir / f"{spec.name}.log"
+    state = "resuming" if _complete_checkpoint(runs_dir / spec.name) else "starting"
+    tqdm.write(f"[hf-attn] {state} {spec.name} (log: {log})")
+    cmd = [sys.executable, "-m", "hf_attn.reproduce.runner", json.dumps(asdict(spec)), str(runs_dir),
+           str(output_dir), str(sentences), str(average_last)]
+    with open(log, "a", encoding="utf-8") as fh:
+        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=child_env(threads))
+
+
+def _finished(name: str, code: int, spec: RunSpec, runs_dir: Path, output_dir: Path, failed: list, busy: list):
+    if code == PREEMPTED_EXIT:
+        tqdm.write(f"[hf-attn] {name} saved a checkpoint and stopped; it resumes from there")
+    elif code == BUSY_EXIT:
+        busy.append(name)
+        tqdm.write(f"[hf-attn] {name} is being trained by another process: skipped")
+    elif code != 0 or not record_path(output_dir, spec).is_file():
+        failed.append(name)
+        tqdm.write(f"[hf-attn] {name} stopped with exit code {code}; see {runs_dir / (name + '.log')}"
+                   " (run the same command again to resume it)")
+    else:
+        rec = json.loads(record_path(output_dir, spec).read_text())
+        r = rec.get("results") or {}
+        tqdm.write(f"[hf-attn] {name}: " + (f"BLEU {r['bleu']:.1f} / chrF {r['chrf']:.1f}" if r else
+                                             rec.get("error", rec["status"])))
+
+
+def _closing_lines(left: list[str], busy: list[str]) -> None:
     if left:
         print(f"[hf-attn] deadline: {len(left)} run(s) not started, their estimated time would end past it "
               f"({', '.join(left)}); run the same command again (a fresh sitting) for them", flush=True)
     if busy:
         print(f"[hf-attn] {len(busy)} run(s) are being trained by another process ({', '.join(busy)}); run this "
               "command again once it is done to include their records", flush=True)
-    if stop.name:
-        raise HfAttnPreempted(f"stopped by {stop.name}: the runs in progress saved a checkpoint; run the same command "
-                              "again to resume them and the rest of the matrix")
-    return failed
 
 
 def report_lock(output_dir: Path):
@@ -276,7 +322,8 @@ class ReproduceOptions:
     directories), how it runs (``jobs`` at a time, ``threads`` torch threads each, ``sentences`` for the analysis)
     and the report (``bootstrap`` resamples; ``report_only``; also rewrite ``readme``'s headline and the paper pages
     under ``docs``). ``converged``: the pilot and matrix of a converged-matrix file (`slot.run_converged`), within
-    ``deadline`` seconds; ``no_report``: train only."""
+    ``deadline`` seconds; ``retrofit``: the parents and children of a retrofit file (`retrofit.py`);
+    ``no_report``: train only."""
 
     presets: str = "softmax,rela-g"
     pairs: str = "de-en"
@@ -292,6 +339,7 @@ class ReproduceOptions:
     experiments: str | None = None
     only: str | None = None
     converged: str | None = None
+    retrofit: str | None = None
     deadline: float | None = None
     report_only: bool = False
     no_report: bool = False
@@ -300,12 +348,16 @@ class ReproduceOptions:
 
 
 def matrix_of(options: ReproduceOptions, train_args: Sequence[str] = ()) -> list[RunSpec]:
-    """The runs an `hf-attn reproduce` command line trains: its ``--experiments`` or ``--converged`` file's (the
-    converged matrix's once its pilot has decided the budget), or its matrix's."""
+    """The runs an `hf-attn reproduce` command line trains: its ``--experiments``, ``--retrofit`` or ``--converged``
+    file's (the converged matrix's once its pilot has decided the budget), or its matrix's."""
     if options.converged:
         if train_args:
             raise HfAttnInputError("flags after -- with --converged: the file sets the flags of its runs")
         return converged_specs(options.converged, load_records(Path(options.output_dir)))
+    if options.retrofit:
+        if train_args:
+            raise HfAttnInputError("flags after -- with --retrofit: the file sets the flags of its runs")
+        return retrofit_specs(load_retrofit(options.retrofit))
     if options.experiments:
         if train_args:
             raise HfAttnInputError("flags after -- with --experiments: each experiment's arms set the flags of its runs")

@@ -188,12 +188,14 @@ def _make_trainer(hargs, targs, model, tokenizer, train_ds, eval_ds, last, extra
 
 
 def bleu_curve_callback(hargs, corpus, tokenizer, last) -> list:
-    """[`ValidationBleuCallback`] with ``--eval_bleu_every N`` (continuing a resumed checkpoint's curve), else []."""
+    """[`ValidationBleuCallback`] with ``--eval_bleu_every N`` (continuing a resumed checkpoint's curve; from step 0
+    for a warm-started model), else []."""
     if not hargs.eval_bleu_every:
         return []
     src, ref = fixed_subset(*corpus.pairs("validation"), hargs.eval_bleu_sentences)
     return [ValidationBleuCallback(tokenizer, src, ref, hargs.eval_bleu_every, hargs.eval_bleu_beams,
-                                   hargs.max_source_length, resume_from=last if hargs.resume else None)]
+                                   hargs.max_source_length, resume_from=last if hargs.resume else None,
+                                   at_start=bool(hargs.init_from))]
 
 
 def _train(out_dir: Path, hargs, targs, overrides, given, extra_callbacks) -> dict | None:
