@@ -35,6 +35,9 @@ hf-attn reproduce --presets gmm --pairs ru-en --steps 600 --seeds 42 "${common[@
 # the converged matrix (results/converged.json): the softmax pilot decides the budget by the pre-registered rule,
 # then the headline presets at that budget; on a GPU, one slot at a time: scripts/converged_slot.sh
 hf-attn reproduce --converged results/converged.json "${common[@]}"
+# the retrofit (results/retrofit.json): softmax parents at 1,200 steps, each swapped to the headline presets and
+# fine-tuned for 600 steps, with a softmax control; the children start once their parent is recorded
+hf-attn reproduce --retrofit results/retrofit.json "${common[@]}"
 # the same runs on a second kind of machine (the report's "Machine effect"): softmax and calibration-gate at 1,800
 # steps, seeds 43 and 44, trained first on an NVIDIA H200, again on the CPU. Run this part on the other kind of
 # machine: its records go to results/runs/machine/ under their runs' names (hf_attn/reproduce/machines.py). The

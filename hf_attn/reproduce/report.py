@@ -25,6 +25,7 @@ from .paper_pages import update_paper_pages
 from .plots import plot_attention_stats, plot_scores, plot_validation_curves
 from .readme import update_readme
 from .records import SeedComparisons, load_records, relative_command
+from .retrofit_report import retrofit_section
 from .seeds import MIN_SEEDS
 from .tables import across_seeds_sections, attention_table, compare, headline_table, machine_lines, setup_title, \
     variant_lines
@@ -128,7 +129,10 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     """Rebuild ``REPORT.md``, ``report.json`` and ``plots/`` in ``output_dir`` from its records; with ``readme``, also
     the README's headline block, with ``docs``, the "What we measured" block of each paper's page under it."""
     output_dir = Path(output_dir)
-    records, others = one_kind_per_group(load_records(output_dir), load_second_records(output_dir))
+    every = load_records(output_dir)
+    retrofits = [r for r in every if r["spec"].get("parent")]  # fine-tuned from another run: their own section
+    records, others = one_kind_per_group([r for r in every if not r["spec"].get("parent")],
+                                         load_second_records(output_dir))
     experiments = load_experiments(output_dir)
     plan = json.loads((output_dir / "plan.json").read_text()) if (output_dir / "plan.json").is_file() else []
     sig = compare(output_dir, records, n_samples)
@@ -137,7 +141,7 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     for i, name in enumerate(plan):
         order.setdefault(name, i)
     (output_dir / "plots").mkdir(parents=True, exist_ok=True)
-    md = _introduction(records, plan, command, n_samples)
+    md = _introduction(records + retrofits, plan, command, n_samples)
     across_md, across = across_seeds_sections(output_dir, records, seed_cmp, order)
     summary = {"setups": {}, "significance": sig, "across_seeds": across}
     experiments_md = []
@@ -145,13 +149,16 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
         experiments_md, summary["experiments"] = experiments_section(experiments, records, seed_cmp, n_samples,
                                                                      output_dir)
     ids = [e["id"] for e in (experiments or {}).get("experiments", [])]
+    retrofit_md, summary["retrofit"] = retrofit_section(output_dir, records + retrofits, seed_cmp) or ([], None)
     claims_md, summary["claims"] = claims_section(records, sig, load_benchmarks(output_dir), seed_cmp, ids)
     detail_md, summary["setups"] = _per_seed_details(output_dir, records, sig, order)
     machine_md, summary["machine_effect"] = machine_effect_section(records, others)
     md += ["Contents: " + ", ".join(f"[{t}](#{a})" for t, a in (
         ("Recipe sensitivity", "recipe-sensitivity"), ("What the papers claim", "what-the-papers-claim-and-what-we-see"),
-        ("Across seeds", "across-seeds"), ("Machine effect", "machine-effect"), ("Per-seed detail", "per-seed-detail")) if experiments or a != "recipe-sensitivity"), ""]
-    md += experiments_md + claims_md
+        ("Retrofit", "retrofit"), ("Across seeds", "across-seeds"), ("Machine effect", "machine-effect"),
+        ("Per-seed detail", "per-seed-detail"))
+        if (experiments or a != "recipe-sensitivity") and (retrofit_md or a != "retrofit")), ""]
+    md += experiments_md + claims_md + retrofit_md
     md += ['<a id="across-seeds"></a>', ""] + across_md + machine_md
     md += ['<a id="per-seed-detail"></a>', ""] + detail_md
     md += ["## Signatures", ""] + sorted({f"- BLEU `{r['results']['bleu_signature']}`, chrF `{r['results']['chrf_signature']}`"

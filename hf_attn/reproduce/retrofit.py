@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ..errors import HfAttnInputError
+from ..modeling.hyperparameters import HfAttnConfigError
 from .experiments import RULES
 from .matrix import STEP0_SUFFIX, RunSpec, matrix
 
@@ -70,7 +71,10 @@ def check_retrofit(cfg, path) -> None:
              f"({', '.join(RULES)}), cells a and b of the form PRESET@child or PRESET@scratch ({{preset}} for each "
              "child preset) and a numeric margin")
     presets = [parent["preset"], children["control"], *children["presets"]]
-    matrix(presets, [cfg["pair"]], [parent["steps"], children["steps"]], cfg["seeds"], cfg["base"])  # checked
+    try:  # presets, pair, steps and seeds checked as a matrix's
+        matrix(presets, [cfg["pair"]], [parent["steps"], children["steps"]], cfg["seeds"], cfg["base"])
+    except (HfAttnInputError, HfAttnConfigError) as e:
+        need(False, str(e).replace("--presets: ", "").replace("--pairs: ", ""))
 
 
 def child_presets(cfg: dict) -> list[str]:
