@@ -4,16 +4,15 @@ the same parent fine-tuned as softmax is the control that separates "more traini
 
 * `retrofit_specs`: the runs of ``hf-attn reproduce --retrofit FILE``: one parent per seed, then each parent's
   children (`RunSpec.parent` names the parent run; a child trains only once its parent is recorded).
-* `step_zero`: a child's step 0, before its training starts: the parent swapped (seeded by the child's seed), saved
-  as ``runs_dir/<child>.step0`` (the child trains from that directory, so step 0 is exactly its starting point) and
-  its test split translated as the run's final test is (beam, length penalty, length limits).
+* A child's step 0 (`run_extras.step_zero`), before its training starts: the parent swapped (seeded by the child's
+  seed), saved as `step_zero_dir` (the child trains from that directory, so step 0 is exactly its starting point)
+  and its test split translated as the run's final test is (beam, length penalty, length limits).
 * `load_retrofit` / `check_retrofit`: the file, with one error line for the first thing wrong in it.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from ..errors import HfAttnInputError
@@ -101,58 +100,6 @@ def retrofit_specs(cfg: dict) -> list[RunSpec]:
 
 def step_zero_dir(spec: RunSpec, runs_dir: Path) -> Path:
     return Path(runs_dir) / f"{spec.name}{STEP0_SUFFIX}"
-
-
-def step_zero(spec: RunSpec, runs_dir: Path) -> tuple[dict, list[str]]:
-    """(scores, test translations) of a retrofit child at step 0: its parent (``runs_dir/<parent>``, trained)
-    swapped to the child's preset with the child's seed, saved to `step_zero_dir` (the child trains from there)
-    and translated as the child's final test will be. Done once: a later call reads what the first wrote."""
-    import torch
-    from transformers import set_seed
-
-    from ..cli.train_args import parse_train_args
-    from ..data import load_corpus
-    from ..generation import translate_texts
-    from ..rundir import load_model_dir
-    from ..training.convert import convert_checkpoint
-    from ..training.metrics import score_translations
-    from .records import data_arguments
-    from .run_extras import SCORE_KEYS
-
-    out = step_zero_dir(spec, runs_dir)
-    done = out / STEP0_FILE
-    if done.is_file():
-        saved = json.loads(done.read_text(encoding="utf-8"))
-        return saved["scores"], saved["hypotheses"]
-    parent = Path(runs_dir) / spec.parent
-    if not (parent / "results.json").is_file():
-        raise HfAttnInputError(f"{spec.name}: its parent {spec.parent} has no trained model in {parent}; train the "
-                               "parent first (`hf-attn reproduce --retrofit` does)")
-    if out.exists():  # a sitting stopped while writing it: start it again
-        import shutil
-
-        shutil.rmtree(out)
-    argv = spec.train_argv(Path(runs_dir) / spec.name, False)
-    hargs, targs, _, _ = parse_train_args(argv)
-    set_seed(spec.seed)  # the swapped preset's own parameters start as the child's seed draws them
-    convert_checkpoint(str(parent), str(out), spec.preset)
-    model, tokenizer = load_model_dir(str(out))
-    d = data_arguments(argv)
-    corpus = load_corpus(d["corpus"], d["source"], d["target"], d["train_file"], d["validation_file"],
-                         d["test_file"], d["dataset"], d["dataset_config_name"], {"test": d["max_predict_samples"]})
-    sources, references = corpus.pairs("test")
-    t0 = time.time()
-    with torch.no_grad():
-        hyps = translate_texts(model, tokenizer, sources, num_beams=hargs.num_beams,
-                               length_penalty=hargs.length_penalty, batch_size=targs.per_device_eval_batch_size,
-                               max_source_length=hargs.max_source_length,
-                               max_new_tokens=hargs.generation_max_new_tokens, desc="step 0")
-    scores = score_translations(hyps, references)
-    scores = {**{k: scores[k] for k in SCORE_KEYS}, "decode_seconds": round(time.time() - t0, 1)}
-    tmp = done.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"scores": scores, "hypotheses": hyps}, indent=1), encoding="utf-8")
-    tmp.replace(done)
-    return scores, hyps
 
 
 def parent_ready(spec: RunSpec, runs_dir: Path, output_dir: Path) -> str | None:

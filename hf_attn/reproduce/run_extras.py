@@ -1,20 +1,26 @@
-"""What a matrix record adds about a finished run beside its scores: which attention path it ran on (eager torch or
-hf-attn's fused kernels, `modeling/fused.py`), and the checkpoint-averaging arm (the test split translated again
-with the average of the run's last checkpoints, Vaswani et al. 2017 Sec. 6.1: no extra training)."""
+"""What a matrix record adds about a run beside its scores: which attention path it ran on (eager torch or
+hf-attn's fused kernels, `modeling/fused.py`), the checkpoint-averaging arm (the test split translated again
+with the average of the run's last checkpoints, Vaswani et al. 2017 Sec. 6.1: no extra training), and a retrofit
+child's step 0 (its parent swapped and scored before any update, `retrofit.py`)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from ..errors import HfAttnInputError
 from ..generation import translate_texts
 from ..modeling import fused
 from ..rundir import load_model_dir, run_pairs
 from ..training.checkpoints import average_last_checkpoints
 from ..training.metrics import score_translations
+from .matrix import RunSpec
+from .retrofit import STEP0_FILE, step_zero_dir
 
 SCORE_KEYS = ("bleu", "chrf", "bleu_signature", "chrf_signature", "bleu_details")
 
@@ -82,8 +88,6 @@ def run_attention_path(run_dir: Path) -> dict:
 def averaged_arm(run_dir: Path, n: int) -> tuple[dict, list[str]]:
     """(scores, translations) of the test split with the average of the run's last ``n`` checkpoints (the final
     weights among them), decoded as the run decoded it (beam, length penalty, source length)."""
-    import json
-
     run = json.loads((Path(run_dir) / "results.json").read_text(encoding="utf-8"))
     model, tokenizer = load_model_dir(str(run_dir))
     names = average_last_checkpoints(model, run_dir, n, int(run["train_steps"]))
@@ -97,3 +101,48 @@ def averaged_arm(run_dir: Path, n: int) -> tuple[dict, list[str]]:
     scores = score_translations(hyps, references)
     arm = {"checkpoints": names, **{k: scores[k] for k in SCORE_KEYS}, "decode_seconds": round(time.time() - t0, 1)}
     return arm, hyps
+
+
+def step_zero(spec: RunSpec, runs_dir: Path) -> tuple[dict, list[str]]:
+    """(scores, test translations) of a retrofit child at step 0: its parent (``runs_dir/<parent>``, trained)
+    swapped to the child's preset with the child's seed, saved to `step_zero_dir` (the child trains from there)
+    and translated as the child's final test will be. Done once: a later call reads what the first wrote."""
+    from transformers import set_seed
+
+    from ..cli.train_args import parse_train_args
+    from ..data import load_corpus
+    from ..training.convert import convert_checkpoint
+    from .records import data_arguments
+
+    out = step_zero_dir(spec, runs_dir)
+    done = out / STEP0_FILE
+    if done.is_file():
+        saved = json.loads(done.read_text(encoding="utf-8"))
+        return saved["scores"], saved["hypotheses"]
+    parent = Path(runs_dir) / spec.parent
+    if not (parent / "results.json").is_file():
+        raise HfAttnInputError(f"{spec.name}: its parent {spec.parent} has no trained model in {parent}; train the "
+                               "parent first (`hf-attn reproduce --retrofit` does)")
+    if out.exists():  # a sitting stopped while writing it: start it again
+        shutil.rmtree(out)
+    argv = spec.train_argv(Path(runs_dir) / spec.name, False)
+    hargs, targs, _, _ = parse_train_args(argv)
+    set_seed(spec.seed)  # the swapped preset's own parameters start as the child's seed draws them
+    convert_checkpoint(str(parent), str(out), spec.preset)
+    model, tokenizer = load_model_dir(str(out))
+    d = data_arguments(argv)
+    corpus = load_corpus(d["corpus"], d["source"], d["target"], d["train_file"], d["validation_file"],
+                         d["test_file"], d["dataset"], d["dataset_config_name"], {"test": d["max_predict_samples"]})
+    sources, references = corpus.pairs("test")
+    t0 = time.time()
+    with torch.no_grad():
+        hyps = translate_texts(model, tokenizer, sources, num_beams=hargs.num_beams,
+                               length_penalty=hargs.length_penalty, batch_size=targs.per_device_eval_batch_size,
+                               max_source_length=hargs.max_source_length,
+                               max_new_tokens=hargs.generation_max_new_tokens, desc="step 0")
+    scores = score_translations(hyps, references)
+    scores = {**{k: scores[k] for k in SCORE_KEYS}, "decode_seconds": round(time.time() - t0, 1)}
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"scores": scores, "hypotheses": hyps}, indent=1), encoding="utf-8")
+    tmp.replace(done)
+    return scores, hyps

@@ -45,8 +45,8 @@ from .converged import converged_specs
 from .matrix import RunSpec, csv_values, experiment_specs, matrix, record_path
 from .records import load_records
 from .report import write_report
-from .retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs, step_zero
-from .run_extras import averaged_arm, run_attention_path
+from .retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs
+from .run_extras import averaged_arm, run_attention_path, step_zero
 from .slot import run_converged
 
 RECORD_VERSION = 1
