@@ -36,21 +36,20 @@ from ..analysis.stats import attention_report, top_p_mass
 from ..cli.train_args import parse_train_args
 from ..errors import PREEMPTED_EXIT, HfAttnBusy, HfAttnInputError, HfAttnPreempted
 from ..io_utils import dumps_strict
+from ..plans.converged import converged_specs
+from ..plans.matrix import AVERAGED_HYPS, RunSpec, csv_values, experiment_specs, matrix, record_path
+from ..plans.retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs
+from ..report.records import load_records
+from ..report.report import write_report
 from ..rundir import load_model_dir, run_pairs
 from ..training.checkpoints import RunLock, newest_complete_checkpoint
 from ..training.run import train
 from ..training.trainer import FirstSignal
 from ..training.validate import check_model_flags, check_train_flags
-from .converged import converged_specs
-from .matrix import RunSpec, csv_values, experiment_specs, matrix, record_path
-from .records import load_records
-from .report import write_report
-from .retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs
 from .run_extras import averaged_arm, run_attention_path, step_zero
 from .slot import run_converged
 
 RECORD_VERSION = 1
-AVERAGED_HYPS = ".avg.hyp.txt"  # beside <name>.json: the test translations of the checkpoint-averaging arm
 BUSY_EXIT = 73  # a child found its run directory locked by another matrix's run: that run is not trained twice
 
 

@@ -16,11 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import HfAttnInputError
-from .converged import converged_budget, load_converged, matrix_budget, matrix_specs, pilot_specs
-from .matrix import RunSpec
-from .records import load_records
+from ..plans.converged import converged_budget, load_converged, matrix_budget, matrix_specs, pilot_specs
+from ..plans.matrix import RunSpec
+from ..report.records import load_records
+from ..report.seeds import group_key
 from .run_extras import device_kind
-from .seeds import group_key
 
 # seconds a run spends outside the Trainer's timed loop beyond what its results.json counts: the child's start-up,
 # the attention-path probe, the checkpoint-averaging arm's test decoding and the analysis

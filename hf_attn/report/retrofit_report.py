@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.common import pyplot, save_figure
+from ..plans.retrofit import STEP0_HYPS, child_presets, load_retrofit, parent_specs, retrofit_specs
+from ..plans.rules import RULES
 from .claim_checks import delta_ci
-from .experiments import RULES, judge_rule
-from .retrofit import STEP0_HYPS, child_presets, load_retrofit, parent_specs, retrofit_specs
+from .experiments import judge_rule
 from .seeds import MIN_SEEDS, complete, mean_sd, p_text, seed_delta
 
 RETROFIT_FILE = "retrofit.json"
