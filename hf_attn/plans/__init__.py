@@ -1,5 +1,5 @@
 """What `hf-attn reproduce` runs, defined once for the runner that trains it and the report that judges it: no
-training, no processes, no torch.
+training and no processes here (the presets are checked against `hf_attn.modeling`).
 
 - `matrix`: `RunSpec` (one run: preset, pair, budget, seed, base, extra `hf-attn train` flags, a retrofit child's
   parent), the runs of a command line (`matrix`) or of an experiments file (`experiment_specs`), where a run's record

@@ -1,6 +1,6 @@
-"""The retrofit in the report (``retrofit.json``, pre-registered; `retrofit.py` runs it): what the swap costs at
-step 0, how fine-tuning wins it back against the softmax control, and whether the retrofitted model ends above the
-same preset trained from scratch for the same total number of updates.
+"""The retrofit in the report (``retrofit.json``, pre-registered; `plans/retrofit.py` defines its runs): what the
+swap costs at step 0, how fine-tuning wins it back against the softmax control, and whether the retrofitted model
+ends above the same preset trained from scratch for the same total number of updates.
 
 `retrofit_section(output_dir, records, seed_cmp)` returns the Markdown lines and the data the report adds (None
 without the file); `plot_retrofit` draws validation BLEU against fine-tuning step."""

@@ -1,5 +1,5 @@
 """``hf-attn reproduce``: train a matrix of (preset, language pair, seed) runs with one recipe and budget, then write
-a report (`report.py`) from their records.
+a report (`hf_attn/report/report.py`) from their records.
 
     hf-attn reproduce --presets softmax,rela-g --pairs de-en --steps 600 --seeds 42 --output_dir results \\
         [--runs_dir runs/reproduce] [--jobs 2 --threads 1] [--report_only] [-- any `hf-attn train` flag]
@@ -75,7 +75,7 @@ def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 20
     record = {"version": RECORD_VERSION, "name": spec.name, "setup": spec.setup, "spec": asdict(spec),
               "command": "hf-attn train " + " ".join(spec.train_argv(run_dir, False))}
     step0_hyps = None
-    if spec.parent:  # a retrofit child: its parent swapped and scored before any update (`retrofit.step_zero`)
+    if spec.parent:  # a retrofit child: its parent swapped and scored before any update (`run_extras.step_zero`)
         step0, step0_hyps = step_zero(spec, runs_dir)
         record["retrofit"] = {"parent": spec.parent, "step0": step0}
     if not results.is_file():

@@ -1,4 +1,4 @@
-"""``hf-attn reproduce --converged FILE [--deadline SECONDS]``: the converged matrix (`converged.py`) in sittings
+"""``hf-attn reproduce --converged FILE [--deadline SECONDS]``: the converged matrix (`plans/converged.py`) in sittings
 that each fit one slot of machine time.
 
 A sitting runs the pilot (its runs without a record), decides the budget by the pre-registered rule once every
