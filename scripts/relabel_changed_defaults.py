@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from hf_attn import PRESETS, HfAttnMarianConfig
-from hf_attn.reproduce.matrix import RunSpec
+from hf_attn.plans.matrix import RunSpec
 
 
 def _uses(config, variant: str) -> bool:

@@ -40,7 +40,7 @@ hf-attn reproduce --converged results/converged.json "${common[@]}"
 hf-attn reproduce --retrofit results/retrofit.json "${common[@]}"
 # the same runs on a second kind of machine (the report's "Machine effect"): softmax and calibration-gate at 1,800
 # steps, seeds 43 and 44, trained first on an NVIDIA H200, again on the CPU. Run this part on the other kind of
-# machine: its records go to results/runs/machine/ under their runs' names (hf_attn/reproduce/machines.py). The
+# machine: its records go to results/runs/machine/ under their runs' names (hf_attn/report/machines.py). The
 # reluformer runs at 600 steps, seeds 42-44, need no run here: the reluformer experiment's --reluformer_reg_weight 0.05
 # arm trained them on the H200 with today's default, and results/runs/machine/ holds those records under the CPU
 # runs' names (their `same_run_as` says so)

@@ -17,7 +17,7 @@ import pytest
 
 import hf_attn
 from hf_attn.errors import HfAttnInputError
-from hf_attn.reproduce import api_tables
+from hf_attn.docgen import api_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 API = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")

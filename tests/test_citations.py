@@ -17,9 +17,10 @@ import yaml
 
 import hf_attn
 from hf_attn.cli import presets as presets_command
+from hf_attn.docgen import citation_cff, citation_docs
+from hf_attn.docgen.pages import PAPER_PAGE, PAPERS
 from hf_attn.errors import HfAttnInputError
 from hf_attn.modeling.citations import CITATIONS, HF_ATTN, Citation, cited
-from hf_attn.reproduce import citation_cff, citation_docs, paper_pages
 from hf_attn.training import cards
 from hf_attn.version import __version__
 
@@ -103,8 +104,8 @@ def test_the_docs_and_citation_cff_are_what_the_table_gives():
         assert path.is_file() and path.read_text(encoding="utf-8") == text, (
             f"{path.relative_to(ROOT)}: its citations differ from hf_attn/modeling/citations.py; run "
             f"{citation_docs.COMMAND}")
-    for page, _ in paper_pages.PAPERS.values():
-        text = (ROOT / "docs" / paper_pages.PAPER_PAGE.format(page)).read_text(encoding="utf-8")
+    for page, _ in PAPERS.values():
+        text = (ROOT / "docs" / PAPER_PAGE.format(page)).read_text(encoding="utf-8")
         block = text.split(citation_docs.BIBTEX_START)[1].split(citation_docs.BIBTEX_END)[0]
         entries = re.findall(r"^@.*?^\}$", block, re.M | re.S)
         assert entries == [CITATIONS[k].bibtex for k in citation_docs.page_papers(page)], page
@@ -133,7 +134,7 @@ def test_citation_cff_is_cff_1_2_0_of_hf_attn_and_its_papers():
 @pytest.mark.slow
 def test_the_citations_command_rewrites_a_changed_citation(tmp_path, monkeypatch):
     for name in (*citation_docs.TABLE_FILES, "CITATION.cff",
-                 *(f"docs/papers/{n}.md" for n, _ in paper_pages.PAPERS.values())):
+                 *(f"docs/papers/{n}.md" for n, _ in PAPERS.values())):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     assert citation_docs.write_citations(tmp_path) == []
@@ -215,6 +216,6 @@ def test_the_generated_citation_blocks_live_where_their_writers_look():
     files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     where = {m: [f.relative_to(ROOT).as_posix() for f in files if m in f.read_text(encoding="utf-8")]
              for m in (citation_docs.BIBTEX_START, citation_docs.PAGE_START, "<!-- api-tables:start -->")}
-    pages = sorted(f"docs/{paper_pages.PAPER_PAGE.format(name)}" for name, _ in paper_pages.PAPERS.values())
+    pages = sorted(f"docs/{PAPER_PAGE.format(name)}" for name, _ in PAPERS.values())
     assert where == {citation_docs.BIBTEX_START: pages, citation_docs.PAGE_START: pages,
                      "<!-- api-tables:start -->": ["docs/api.md"]}

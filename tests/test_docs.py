@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 import hf_attn
+from hf_attn.docgen import citation_docs
+from hf_attn.docgen.pages import PAPERS
 from hf_attn.errors import HfAttnInputError
-from hf_attn.reproduce import citation_docs, paper_pages
+from hf_attn.report import paper_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -52,7 +54,7 @@ def test_paper_pages_hold_what_the_report_gives(tmp_path):
     copy = tmp_path / "docs"
     shutil.copytree(DOCS / "papers", copy / "papers")
     written = paper_pages.update_paper_pages(copy, summary)
-    assert len(written) == len(paper_pages.PAPERS)
+    assert len(written) == len(PAPERS)
     for path in written:
         committed = (DOCS / "papers" / path.name).read_text(encoding="utf-8")
         assert path.read_text(encoding="utf-8") == committed, f"docs/papers/{path.name}: run hf-attn reproduce --docs"
@@ -62,7 +64,7 @@ def test_paper_pages_hold_what_the_report_gives(tmp_path):
 
 def test_paper_page_without_markers_is_one_clear_error(tmp_path):
     (tmp_path / "papers").mkdir()
-    for _, (name, _) in paper_pages.PAPERS.items():
+    for _, (name, _) in PAPERS.items():
         (tmp_path / "papers" / f"{name}.md").write_text("# a page\n")
     with pytest.raises(HfAttnInputError, match="no block between <!-- paper-results:start -->"):
         paper_pages.update_paper_pages(tmp_path, {})
@@ -70,7 +72,7 @@ def test_paper_page_without_markers_is_one_clear_error(tmp_path):
 
 def test_every_preset_and_hyperparameter_is_on_its_paper_page():
     documented = set()
-    for paper, (name, variants) in paper_pages.PAPERS.items():
+    for paper, (name, variants) in PAPERS.items():
         text = page(f"papers/{name}.md")
         for variant in variants:
             cls = hf_attn.ATTENTION_VARIANTS[variant]
@@ -98,14 +100,24 @@ def test_generated_blocks_live_in_the_docs_only():
         "benchmark": ["docs/speed.md"],
         "compile": ["docs/speed.md"],
         "reproduce-headline": ["README.md"],
-        "paper-results": sorted(f"docs/papers/{name}.md" for name, _ in paper_pages.PAPERS.values()),
+        "paper-results": sorted(f"docs/papers/{name}.md" for name, _ in PAPERS.values()),
         "aux-objective-presets": ["docs/transformers-scripts.md"],
         "variants-table": sorted(citation_docs.TABLE_FILES),
-        "citation": sorted(f"docs/papers/{name}.md" for name, _ in paper_pages.PAPERS.values()),
+        "citation": sorted(f"docs/papers/{name}.md" for name, _ in PAPERS.values()),
     }
 
 
 # the citations (one table, every generated place agrees with it): tests/test_citations.py
+
+
+def test_every_script_is_named_in_the_docs():
+    """scripts/ holds what people run: each of its files is named (``scripts/<file>``) on a page of docs/, the one
+    that says when to run it; a helper that nobody runs belongs in the package or beside the script that uses it."""
+    text = "\n".join(path.read_text(encoding="utf-8") for path in DOCS.rglob("*.md"))
+    scripts = sorted(path.name for path in (ROOT / "scripts").iterdir() if path.is_file())
+    assert len(scripts) > 10 and "benchmark.py" in scripts
+    unnamed = [name for name in scripts if f"scripts/{name}" not in text]
+    assert not unnamed, f"scripts/ files no page of docs/ names: {unnamed}"
 
 
 @pytest.mark.slow
@@ -138,7 +150,8 @@ def test_contributing_names_files_that_exist():
     assert not missing, f"docs/contributing.md names files that do not exist: {missing}"
     for name in ("PAPERS", "CLAIMS"):  # step 7 names these tables
         assert name in CONTRIBUTING
-    assert "PAPERS" in dir(paper_pages) and "CLAIMS" in dir(__import__("hf_attn.reproduce.claims", fromlist=["x"]))
+    assert "PAPERS" in dir(__import__("hf_attn.docgen.pages", fromlist=["x"]))
+    assert "CLAIMS" in dir(__import__("hf_attn.report.claims", fromlist=["x"]))
 
 
 @pytest.mark.slow

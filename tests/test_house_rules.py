@@ -32,7 +32,7 @@ def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[s
 
 
 def test_the_package_has_sources():
-    assert len(SOURCES) > 50 and PACKAGE / "reproduce" / "claims.py" in SOURCES
+    assert len(SOURCES) > 50 and PACKAGE / "report" / "claims.py" in SOURCES
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -138,3 +138,102 @@ def test_only_the_cli_parses_arguments():
     found = parser_imports(PACKAGE)
     assert not found, "argument parsing outside hf_attn/cli/: " + "; ".join(
         f"{name} imports {', '.join(what)}" for name, what in sorted(found.items()))
+
+
+# ------------------------------------------------------------------------- the rooms of `hf-attn reproduce`
+# The runner (hf_attn/reproduce/: what trains or runs processes) may import the report; the report
+# (hf_attn/report/) reads the records and the definitions of the runs (hf_attn/plans/) and never reaches the runner or
+# training; the generated documentation blocks of the code's declarations (hf_attn/docgen/) reach neither.
+RUNNER = ("hf_attn.reproduce.runner", "hf_attn.reproduce.slot", "hf_attn.reproduce.run_extras")
+FLOORS = {  # package -> the packages none of its modules may reach, through any chain of imports
+    "hf_attn.report": ("hf_attn.reproduce", "hf_attn.training", "hf_attn.cli"),
+    "hf_attn.plans": ("hf_attn.report", "hf_attn.reproduce", "hf_attn.training", "hf_attn.cli"),
+    "hf_attn.docgen": ("hf_attn.report", "hf_attn.plans", "hf_attn.reproduce", "hf_attn.training", "hf_attn.cli"),
+}
+BLOCK_WRITERS = ("with_marked_block", "replace_marked_block")  # io_utils: how a generated block gets into a file
+
+
+def inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def breaches(graph: dict[str, set[str]], package: str, forbidden) -> list[str]:
+    """``a -> b -> ... -> x`` for each module of ``package`` that reaches a module ``x`` inside one of ``forbidden``
+    (breadth first: the shortest chain to the first forbidden module on each way)."""
+    out = []
+    for start in sorted(m for m in graph if inside(m, package)):
+        seen, queue = {start: [start]}, [start]
+        while queue:
+            node = queue.pop(0)
+            for nxt in sorted(graph.get(node, ())):
+                if nxt in seen:
+                    continue
+                seen[nxt] = seen[node] + [nxt]
+                if any(inside(nxt, f) for f in forbidden):
+                    out.append(" -> ".join(seen[nxt]))
+                else:
+                    queue.append(nxt)
+    return out
+
+
+def block_writers(root: Path) -> set[str]:
+    """The modules of ``root`` that write generated documentation blocks: those that use io_utils' `BLOCK_WRITERS`
+    (imported or reached as an attribute, anywhere in the file), the modules of the ``docgen`` package and every
+    module that imports one of them."""
+    graph, out = import_graph(root), set()
+    for name, (path, _) in modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.ImportFrom) and any(a.name in BLOCK_WRITERS for a in node.names)) or (
+                    isinstance(node, ast.Attribute) and node.attr in BLOCK_WRITERS):
+                out.add(name)
+        if any(inside(t, f"{root.name}.docgen") for t in graph[name]) or inside(name, f"{root.name}.docgen"):
+            out.add(name)
+    return out
+
+
+def test_the_floor_scans_see_a_forbidden_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    for sub in ("report", "reproduce", "docgen"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "io_utils.py").write_text("def with_marked_block(): ...\n")
+    (pkg / "report" / "tables.py").write_text("import json\n")
+    (pkg / "reproduce" / "runner.py").write_text("from ..report import tables\n")
+    (pkg / "docgen" / "pages.py").write_text("PAGES = {}\n")
+    floors = {"pkg.report": ("pkg.reproduce",)}
+    assert breaches(import_graph(pkg), "pkg.report", floors["pkg.report"]) == []
+    assert block_writers(pkg) == {"pkg.docgen", "pkg.docgen.pages"}
+    (pkg / "report" / "tables.py").write_text("def f():\n    from . import helper\n")
+    (pkg / "report" / "helper.py").write_text("from ..reproduce.runner import x\n")  # two steps away, in a function
+    assert breaches(import_graph(pkg), "pkg.report", floors["pkg.report"]) == [
+        "pkg.report.helper -> pkg.reproduce.runner",
+        "pkg.report.tables -> pkg.report.helper -> pkg.reproduce.runner"]
+    (pkg / "reproduce" / "runner.py").write_text("def f():\n    from .. import io_utils\n    io_utils.with_marked_block()\n")
+    (pkg / "reproduce" / "slot.py").write_text("from ..docgen.pages import PAGES\n")
+    (pkg / "reproduce" / "cards.py").write_text("from ..io_utils import with_marked_block as w\n")
+    assert block_writers(pkg) == {"pkg.docgen", "pkg.docgen.pages", "pkg.reproduce.runner", "pkg.reproduce.slot",
+                                  "pkg.reproduce.cards"}
+
+
+def test_the_report_never_reaches_the_runner_or_training():
+    """The report package imports (anywhere in its files, through any chain) no runner module, nothing of
+    hf_attn/reproduce/, training/ or cli/; the definitions of the runs (plans/) and the documentation generators
+    (docgen/) stay below it."""
+    graph = import_graph(PACKAGE)
+    assert all(name in graph for name in RUNNER) and graph["hf_attn.report.report"]  # the scan reads these rooms
+    assert breaches(graph, "hf_attn.reproduce", ("hf_attn.report",))  # the runner does write the report
+    found = [chain for package, forbidden in FLOORS.items() for chain in breaches(graph, package, forbidden)]
+    assert not found, "a floor imports upward:\n" + "\n".join(found)
+
+
+def test_reproduce_writes_no_documentation_blocks():
+    """No module of hf_attn/reproduce/ writes a generated documentation block (the runner calls the report, which
+    writes the README's and the paper pages' blocks); the generators of the code's blocks live in hf_attn/docgen/."""
+    writers = block_writers(PACKAGE)
+    assert {"hf_attn.docgen.citation_docs", "hf_attn.docgen.api_tables", "hf_attn.report.readme",
+            "hf_attn.report.paper_pages"} <= writers  # the scan sees the writers
+    found = sorted(name for name in writers if inside(name, "hf_attn.reproduce"))
+    assert not found, f"hf_attn/reproduce/ writes documentation blocks in {found}: move that into hf_attn/docgen/"
+    assert not {path.stem for path in (PACKAGE / "reproduce").glob("*.py")} & {
+        path.stem for path in (PACKAGE / "docgen").glob("*.py") if path.stem != "__init__"}

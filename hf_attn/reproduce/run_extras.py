@@ -19,8 +19,8 @@ from ..modeling import fused
 from ..rundir import load_model_dir, run_pairs
 from ..training.checkpoints import average_last_checkpoints
 from ..training.metrics import score_translations
-from .matrix import RunSpec
-from .retrofit import STEP0_FILE, step_zero_dir
+from ..plans.matrix import RunSpec
+from ..plans.retrofit import STEP0_FILE, step_zero_dir
 
 SCORE_KEYS = ("bleu", "chrf", "bleu_signature", "chrf_signature", "bleu_details")
 
@@ -112,7 +112,7 @@ def step_zero(spec: RunSpec, runs_dir: Path) -> tuple[dict, list[str]]:
     from ..cli.train_args import parse_train_args
     from ..data import load_corpus
     from ..training.convert import convert_checkpoint
-    from .records import data_arguments
+    from ..report.records import data_arguments
 
     out = step_zero_dir(spec, runs_dir)
     done = out / STEP0_FILE

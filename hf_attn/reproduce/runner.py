@@ -1,5 +1,5 @@
 """``hf-attn reproduce``: train a matrix of (preset, language pair, seed) runs with one recipe and budget, then write
-a report (`report.py`) from their records.
+a report (`hf_attn/report/report.py`) from their records.
 
     hf-attn reproduce --presets softmax,rela-g --pairs de-en --steps 600 --seeds 42 --output_dir results \\
         [--runs_dir runs/reproduce] [--jobs 2 --threads 1] [--report_only] [-- any `hf-attn train` flag]
@@ -36,21 +36,20 @@ from ..analysis.stats import attention_report, top_p_mass
 from ..cli.train_args import parse_train_args
 from ..errors import PREEMPTED_EXIT, HfAttnBusy, HfAttnInputError, HfAttnPreempted
 from ..io_utils import dumps_strict
+from ..plans.converged import converged_specs
+from ..plans.matrix import AVERAGED_HYPS, RunSpec, csv_values, experiment_specs, matrix, record_path
+from ..plans.retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs
+from ..report.records import load_records
+from ..report.report import write_report
 from ..rundir import load_model_dir, run_pairs
 from ..training.checkpoints import RunLock, newest_complete_checkpoint
 from ..training.run import train
 from ..training.trainer import FirstSignal
 from ..training.validate import check_model_flags, check_train_flags
-from .converged import converged_specs
-from .matrix import RunSpec, csv_values, experiment_specs, matrix, record_path
-from .records import load_records
-from .report import write_report
-from .retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs
 from .run_extras import averaged_arm, run_attention_path, step_zero
 from .slot import run_converged
 
 RECORD_VERSION = 1
-AVERAGED_HYPS = ".avg.hyp.txt"  # beside <name>.json: the test translations of the checkpoint-averaging arm
 BUSY_EXIT = 73  # a child found its run directory locked by another matrix's run: that run is not trained twice
 
 
@@ -76,7 +75,7 @@ def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 20
     record = {"version": RECORD_VERSION, "name": spec.name, "setup": spec.setup, "spec": asdict(spec),
               "command": "hf-attn train " + " ".join(spec.train_argv(run_dir, False))}
     step0_hyps = None
-    if spec.parent:  # a retrofit child: its parent swapped and scored before any update (`retrofit.step_zero`)
+    if spec.parent:  # a retrofit child: its parent swapped and scored before any update (`run_extras.step_zero`)
         step0, step0_hyps = step_zero(spec, runs_dir)
         record["retrofit"] = {"parent": spec.parent, "step0": step0}
     if not results.is_file():

@@ -1,4 +1,4 @@
-"""``hf-attn reproduce --converged FILE [--deadline SECONDS]``: the converged matrix (`converged.py`) in sittings
+"""``hf-attn reproduce --converged FILE [--deadline SECONDS]``: the converged matrix (`plans/converged.py`) in sittings
 that each fit one slot of machine time.
 
 A sitting runs the pilot (its runs without a record), decides the budget by the pre-registered rule once every
@@ -16,11 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import HfAttnInputError
-from .converged import converged_budget, load_converged, matrix_budget, matrix_specs, pilot_specs
-from .matrix import RunSpec
-from .records import load_records
+from ..plans.converged import converged_budget, load_converged, matrix_budget, matrix_specs, pilot_specs
+from ..plans.matrix import RunSpec
+from ..report.records import load_records
+from ..report.seeds import group_key
 from .run_extras import device_kind
-from .seeds import group_key
 
 # seconds a run spends outside the Trainer's timed loop beyond what its results.json counts: the child's start-up,
 # the attention-path probe, the checkpoint-averaging arm's test decoding and the analysis

@@ -1,5 +1,5 @@
-"""The attention viewer in a real browser: headless Chromium driven over the DevTools protocol on a pipe
-(scripts/headless_chromium.py, standard library only). Skipped only when no Chromium is installed (`.ci/run`
+"""The attention viewer in a real browser: headless Chromium driven over the DevTools protocol on a pipe (`Chromium`
+of scripts/viewer_screenshots.py, standard library only). Skipped only when no Chromium is installed (`.ci/run`
 installs Debian's `chromium` package)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from viewer_helpers import VARIANT_PRESETS, tiny_viewer_data
 
 from hf_attn.analysis import viewer
 
-chromium = load_script("headless_chromium")
+chromium = load_script("viewer_screenshots")  # its browser driver
 pytestmark = [pytest.mark.slow,  # a Chromium process per test
               pytest.mark.skipif(chromium.find_chromium() is None,
                                  reason="no Chromium on PATH (apt-get install -y chromium; .ci/run installs it)")]

@@ -30,7 +30,7 @@ def _one_line(capsys, progress=False) -> str:
 
 # every module that binds these functions at import (`from ..data import load_corpus`): patched where it is used
 WORK = {"load_corpus": ("hf_attn.data", "hf_attn.data.corpus", "hf_attn.training.run", "hf_attn.rundir",
-                        "hf_attn.reproduce.records"),
+                        "hf_attn.report.records"),
         "translate_texts": ("hf_attn.generation", "hf_attn.training.run", "hf_attn.cli.translate",
                             "hf_attn.analysis.common", "hf_attn.analysis.figures", "hf_attn.analysis.viewer")}
 

@@ -97,7 +97,7 @@ def test_dataset_empty_rows_counted(tmp_path, capsys):
 
 
 def test_reproduce_record_with_a_nan_is_strict_json(tmp_path):
-    from hf_attn.reproduce.matrix import RunSpec, record_path
+    from hf_attn.plans.matrix import RunSpec, record_path
     from hf_attn.reproduce.runner import _write_record
 
     spec = RunSpec("softmax", "de", "en", 10, 42)

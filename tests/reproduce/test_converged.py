@@ -14,9 +14,9 @@ import pytest
 
 from hf_attn.data.bible_pack import PACK_ENV, read_pack, write_pack
 from hf_attn.errors import HfAttnInputError
-from hf_attn.reproduce.converged import (check_converged, converged_budget, converged_specs, converged_step,
-                                         load_converged, matrix_budget, pilot_specs)
-from hf_attn.reproduce.matrix import RunSpec
+from hf_attn.plans.converged import (check_converged, converged_budget, converged_specs, converged_step,
+                                     load_converged, matrix_budget, pilot_specs)
+from hf_attn.plans.matrix import RunSpec
 from hf_attn.reproduce.slot import EXTRA_SECONDS, Estimator, check_device_kind
 from hf_attn.training.bleu_curve import ValidationBleuCallback, fixed_subset
 from tests.training_helpers import offline_env
@@ -200,8 +200,8 @@ def test_the_slot_command_on_a_tiny_matrix(tmp_path):
     assert [p[0] for p in rec["results"]["curves"]["validation_bleu"]["curve"]] == [2]
     assert rec["results"]["curves"]["validation_bleu"]["sentences"] == 8
 
-    from hf_attn.reproduce.converged_report import converged_section
-    from hf_attn.reproduce.records import SeedComparisons, load_records
+    from hf_attn.report.converged_report import converged_section
+    from hf_attn.report.records import SeedComparisons, load_records
 
     (results / "converged.json").write_text(json.dumps(cfg))
     md, data = converged_section(results, load_records(results), SeedComparisons(results, 100))

@@ -11,9 +11,9 @@ import pytest
 from reproduce.test_seeds import _degrade, _matrix, _record
 
 from hf_attn.errors import HfAttnInputError
-from hf_attn.reproduce import report as rep
-from hf_attn.reproduce.machines import (device_kind, load_second_records, machine_effect_section, machines_line,
-                                        one_kind_per_group)
+from hf_attn.report import report as rep
+from hf_attn.report.machines import (device_kind, load_second_records, machine_effect_section, machines_line,
+                                     one_kind_per_group)
 
 CPU, GPU = "x86_64 CPU, 1 threads x 1 process(es)", "NVIDIA H200 x1"
 

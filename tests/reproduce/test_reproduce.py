@@ -9,12 +9,13 @@ import pytest
 from conftest import PAD, tiny_batch
 from training_helpers import TINY_ARGS, bible_pairs, cli_in_process, run_cli, write_jsonl
 
-from hf_attn.reproduce import report as rep
-from hf_attn.reproduce.matrix import RunSpec, matrix
-from hf_attn.reproduce.paper_pages import BLOCK_END as PAGE_END, BLOCK_START as PAGE_START, PAPERS
-from hf_attn.reproduce.readme import _with_paper_column, by_paper, readme_groups
+from hf_attn.docgen.pages import PAPERS
+from hf_attn.plans.matrix import RunSpec, matrix
+from hf_attn.report import report as rep
+from hf_attn.report.paper_pages import BLOCK_END as PAGE_END, BLOCK_START as PAGE_START
+from hf_attn.report.readme import _with_paper_column, by_paper, readme_groups
+from hf_attn.report.tables import machine_lines, paired_bootstrap
 from hf_attn.reproduce.runner import variant_figures
-from hf_attn.reproduce.tables import machine_lines, paired_bootstrap
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +47,7 @@ def test_the_test_split_is_read_from_the_data_flags_as_the_train_parser_reads_th
     gives them (the last of a repeated flag wins, dashes or underscores, `HfAttnArguments`' types and defaults)."""
     from hf_attn.cli.train_args import parse_train_args
     from hf_attn.errors import HfAttnInputError
-    from hf_attn.reproduce.records import data_arguments
+    from hf_attn.report.records import data_arguments
 
     argv = RunSpec("rela-g", "de", "en", 10, 42, "marian", train_args).train_argv(tmp_path / "run", False)
     hargs = parse_train_args(argv)[0]
@@ -55,6 +56,21 @@ def test_the_test_split_is_read_from_the_data_flags_as_the_train_parser_reads_th
                                          "dataset", "dataset_config_name", "max_predict_samples"}
     with pytest.raises(HfAttnInputError, match="--max_predict_samples 'x': need int"):
         data_arguments([*argv, "--max_predict_samples", "x"])
+
+
+def test_the_data_flags_are_declared_as_the_train_arguments_declare_them():
+    """data/arguments.py declares the data flags below training, so that the report reads them without importing
+    training: each is a field of `HfAttnArguments` of that type (or None), defaulting to None."""
+    import dataclasses
+    import typing
+
+    from hf_attn.data.arguments import DATA_ARGUMENTS
+    from hf_attn.training.args import HfAttnArguments
+
+    fields = {f.name: f for f in dataclasses.fields(HfAttnArguments)}
+    hints = typing.get_type_hints(HfAttnArguments)
+    for name, kind in DATA_ARGUMENTS.items():
+        assert fields[name].default is None and hints[name] == typing.Optional[kind], name
 
 
 def test_reproduce_options_hold_the_parsers_defaults():
@@ -175,14 +191,14 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys):
 
 
 def test_claim_texts_fit_a_markdown_table():
-    from hf_attn.reproduce.claims import CLAIMS
+    from hf_attn.report.claims import CLAIMS
 
     for c in CLAIMS:
         assert "|" not in c.claim + c.criterion + c.explanation, c.claim
 
 
 def test_budget_trend_traces_the_gap_over_budgets():
-    from hf_attn.reproduce.claims import budget_trend
+    from hf_attn.report.claims import budget_trend
 
     def record(preset, steps, seed=42):
         spec = {"preset": preset, "source": "de", "target": "en", "steps": steps, "seed": seed, "base": "marian"}
@@ -249,7 +265,7 @@ def test_variant_figures_for_every_fusion(preset):
 def test_reluformer_ablation_claims_judge_bleu_and_entropy():
     """Table 5's '- reg loss' row as two claims: BLEU lower (seed-aware interval below 0), and entropy lower at every
     site."""
-    from hf_attn.reproduce.claims import _entropy_falls, _lower_bleu
+    from hf_attn.report.claims import _entropy_falls, _lower_bleu
 
     def run(entropy):
         sites = {s: {"entropy": entropy, "null_rate": 0.5} for s in ("encoder", "decoder", "cross")}
@@ -275,7 +291,7 @@ def test_machine_lines_name_the_runs_of_each_setup():
 
 
 def test_loss_gap_says_where_the_validation_losses_part():
-    from hf_attn.reproduce.claims import loss_gap
+    from hf_attn.report.claims import loss_gap
 
     def record(preset, steps, curve):
         spec = {"preset": preset, "source": "de", "target": "en", "steps": steps, "seed": 42, "base": "marian"}
@@ -299,7 +315,7 @@ def test_decoding_speed_claim_is_judged_on_the_benchmark(tmp_path):
     decoding speed of two runs timed beside other work; --long results are not sentence-level and are left out,
     --compile results (every model compiled) too, and JSON that is no benchmark result (the GMM budget's)."""
     from hf_attn.bench.results import BenchmarkResult, BenchSettings, CallTiming, LongRow, SentenceRow
-    from hf_attn.reproduce.claims import claims_section
+    from hf_attn.report.claims import claims_section
 
     def sentence_row(preset, vs_stock, vs_softmax, share=None):
         decode = CallTiming(0.5, vs_stock, vs_softmax, attention_share=share)
@@ -381,7 +397,7 @@ def test_per_seed_evidence_gives_each_seed_beside_the_reference():
     """A claim's explanation can carry per-seed figures computed from the runs: BLEU and entropy beside the
     reference's of the same seed (where there is one), null rows and the source probe, for the adopted recipe's
     group or for one arm's flags."""
-    from hf_attn.reproduce.claims import per_seed
+    from hf_attn.report.claims import per_seed
 
     noclip = ("--max_grad_norm", "0")
     records = [_site_record("reluformer-no-reg", 42, entropy=2.1, null_rate=0.96, bleu=2.5, gap=-0.0004),
@@ -402,7 +418,7 @@ def test_per_seed_evidence_gives_each_seed_beside_the_reference():
 def test_gap_by_group_splits_the_bleu_gap_into_brevity_and_precision():
     """Per group with enough seeds shared with the reference (an arm's runs against the adopted recipe's reference of
     the same budget): mean ΔBLEU, each one's BP, and the difference of BLEU / BP; groups in (pair, budget) order."""
-    from hf_attn.reproduce.claims import gap_by_group
+    from hf_attn.report.claims import gap_by_group
 
     def rec(preset, seed, steps, bleu, bp, flags=()):
         r = _site_record(preset, seed, steps, bleu=bleu, flags=flags)
@@ -424,7 +440,7 @@ def test_gap_by_group_splits_the_bleu_gap_into_brevity_and_precision():
 
 
 def test_validation_plot_averages_seeds_per_budget_and_leaves_arms_out(tmp_path, monkeypatch):
-    from hf_attn.reproduce import plots
+    from hf_attn.report import plots
 
     def rec(preset, seed, steps, flags=()):
         r = _site_record(preset, seed, steps, flags=flags)
@@ -452,7 +468,7 @@ def test_validation_plot_averages_seeds_per_budget_and_leaves_arms_out(tmp_path,
 
 
 def test_site_by_budget_evidence_needs_enough_shared_seeds_at_two_budgets():
-    from hf_attn.reproduce.claims import site_by_budget
+    from hf_attn.report.claims import site_by_budget
 
     records = [_site_record(p, seed, steps, entropy=e)
                for steps, (mine, ref) in ((600, (1.9, 1.8)), (1800, (1.5, 1.7)))

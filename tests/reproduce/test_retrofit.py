@@ -13,13 +13,13 @@ import pytest
 from reproduce.test_seeds import REAL, REFS, _degrade
 
 from hf_attn.errors import HfAttnInputError
-from hf_attn.reproduce import report as rep
-from hf_attn.reproduce.matrix import RunSpec
-from hf_attn.reproduce.records import SeedComparisons
-from hf_attn.reproduce.records import test_data_name as split_name  # not a test: pytest would collect the name
-from hf_attn.reproduce.retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs, step_zero_dir
+from hf_attn.plans.matrix import RunSpec
+from hf_attn.plans.retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs, step_zero_dir
+from hf_attn.report import report as rep
+from hf_attn.report.records import SeedComparisons
+from hf_attn.report.records import test_data_name as split_name  # not a test: pytest would collect the name
+from hf_attn.report.retrofit_report import retrofit_section
 from hf_attn.reproduce.run_extras import step_zero
-from hf_attn.reproduce.retrofit_report import retrofit_section
 from hf_attn.reproduce.runner import _next_ready, run_one
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from hf_attn.errors import HfAttnInputError
-from hf_attn.reproduce import report as rep
-from hf_attn.reproduce.claims import claims_section
-from hf_attn.reproduce.experiments import experiments_section, load_experiments
-from hf_attn.reproduce.matrix import RunSpec
-from hf_attn.reproduce.records import SeedComparisons, relative_command
-from hf_attn.reproduce.records import test_data_name as split_name  # not a test: pytest would collect the name
-from hf_attn.reproduce.seeds import mean_sd, p_text, seed_bootstrap
+from hf_attn.plans.matrix import RunSpec
+from hf_attn.report import report as rep
+from hf_attn.report.claims import claims_section
+from hf_attn.report.experiments import experiments_section, load_experiments
+from hf_attn.report.records import SeedComparisons, relative_command
+from hf_attn.report.records import test_data_name as split_name  # not a test: pytest would collect the name
+from hf_attn.report.seeds import mean_sd, p_text, seed_bootstrap
 
 REAL = Path(__file__).resolve().parents[2] / "results" / "runs" / "de-en_600steps_seed42_softmax.json"
 WORDS = "in the beginning was word and god with him all things were made through light life men shone".split()

@@ -1,8 +1,8 @@
 """The "What we measured" section of each paper's documentation page, generated from the report's summary.
 
 `hf-attn reproduce --docs DOCS_DIR` (and `write_report(..., docs=...)`) rewrites the block between `BLOCK_START`
-and `BLOCK_END` in ``DOCS_DIR/papers/<page>.md`` for every paper of `PAPERS`, from the same summary that
-``report.json`` holds, so the pages quote the report and nothing typed by hand:
+and `BLOCK_END` in ``DOCS_DIR/papers/<page>.md`` for every paper of `PAPERS` (the pages, `docgen/pages.py`), from
+the same summary that ``report.json`` holds, so the pages quote the report and nothing typed by hand:
 
 - the paper's claims as the report judges them (one row per group of runs), with the report's explanation where a
   claim does not hold;
@@ -16,29 +16,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..docgen.pages import PAPER_PAGE, PAPERS, paper_presets
 from ..errors import HfAttnInputError
 from ..io_utils import replace_marked_block
-from ..modeling.registry import ATTENTION_VARIANTS
 from .claims import delta_ci
 from .seeds import MIN_SEEDS, mean_sd, p_text
 
 BLOCK_START, BLOCK_END = "<!-- paper-results:start -->", "<!-- paper-results:end -->"
-PAPER_PAGE = "papers/{}.md"  # under the docs directory
-# the report's paper name (`claims.CLAIMS`) -> (its page, the variants whose presets the page documents)
-PAPERS = {
-    "ReLA": ("rela", ("sparsemax", "entmax15", "rela")),
-    "GMM": ("gmm", ("gmm",)),
-    "ReLUFormer": ("reluformer", ("reluformer",)),
-    "RAN": ("ran", ("recurrent", "hard-gaussian", "synthesizer")),
-    "Calibration": ("calibration", ("calibrated",)),
-}
 REPORT_LINK = "../../results/REPORT.md"  # from a paper page (docs/papers/) to the report
 FLAGGED_GROUP = re.compile(r"_x[0-9a-f]{6}$")  # `seeds.group_name` of a group run with extra flags
-
-
-def paper_presets(paper: str) -> list[str]:
-    """The presets a paper's page documents, in the order the variants declare them."""
-    return [p.name for v in PAPERS[paper][1] for p in ATTENTION_VARIANTS[v].presets]
 
 
 def _report_anchors(text: str) -> str:

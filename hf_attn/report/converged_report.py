@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.common import pyplot, save_figure
-from .converged import converged_budget, load_converged, matrix_budget, matrix_specs, pilot_specs
+from ..plans.converged import converged_budget, load_converged, matrix_budget, matrix_specs, pilot_specs
+from ..plans.matrix import AVERAGED_HYPS
 from .seeds import complete
 from .tables import across_seeds_table
 
 CONVERGED_FILE = "converged.json"
-AVERAGED_HYPS = ".avg.hyp.txt"  # (runner.AVERAGED_HYPS)
 
 
 def _bleu_curve(record: dict) -> dict[int, float]:

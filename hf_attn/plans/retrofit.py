@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ..errors import HfAttnInputError
 from ..modeling.hyperparameters import HfAttnConfigError
-from .experiments import RULES
 from .matrix import STEP0_SUFFIX, RunSpec, matrix
+from .rules import RULES
 
 KEYS = ("pair", "base", "seeds", "parent", "children", "rules")
 STEP0_FILE = "step0.json"  # in runs_dir/<child>.step0: the step-0 scores, written once

@@ -16,6 +16,7 @@ from ..io_utils import with_marked_block
 from ..modeling.configuration_hf_attn import HfAttnConfigMixin
 from ..modeling.hyperparameters import SITES, Hyperparameter
 from ..modeling.registry import ATTENTION_VARIANTS
+from .rewrite import write_changed
 
 COMMAND = "python scripts/write_api_tables.py"
 API_PAGE = "docs/api.md"  # under the repository root
@@ -52,7 +53,7 @@ def config_table() -> str:
     for f in dataclasses.fields(HfAttnConfigMixin):
         if f.name not in valid:
             raise HfAttnInputError(f"config field {f.name!r} has no valid-values text in "
-                                   "hf_attn/reproduce/api_tables.py: field_valid_values")
+                                   "hf_attn/docgen/api_tables.py: field_valid_values")
         rows.append(f"| `{f.name}` | {_cell(f.type)} | `{f.default!r}` | {_cell(valid[f.name])} |")
     return "\n".join(rows)
 
@@ -94,9 +95,4 @@ def api_docs(root: Path) -> dict[Path, str]:
 
 def write_api_tables(root: Path) -> list[Path]:
     """Rewrite the generated block of docs/api.md under ``root``; the files that changed."""
-    changed = []
-    for path, text in api_docs(root).items():
-        if path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-            changed.append(path)
-    return changed
+    return write_changed(api_docs(root))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..docgen.pages import PAPERS, paper_presets
 from ..io_utils import replace_marked_block
 from .machines import machines_line
-from .paper_pages import PAPERS, paper_presets
 from .seeds import MIN_SEEDS, complete, group_records, group_title
 from .tables import across_seeds_table
 

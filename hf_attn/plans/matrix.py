@@ -14,6 +14,7 @@ from ..modeling.presets import check_preset
 
 
 STEP0_SUFFIX = ".step0"  # a retrofit child's swapped model before any update: runs_dir/<name>.step0
+AVERAGED_HYPS = ".avg.hyp.txt"  # beside <name>.json: the test translations of the checkpoint-averaging arm
 
 
 @dataclass(frozen=True)

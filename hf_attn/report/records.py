@@ -7,17 +7,15 @@ two lists of records once for every table and claim that asks.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
-import typing
 from pathlib import Path
 
 from ..data import load_corpus
+from ..data.arguments import DATA_ARGUMENTS
 from ..errors import HfAttnInputError
-from ..training.args import HfAttnArguments
-from .matrix import RunSpec
+from ..plans.matrix import RunSpec
 from .seeds import seed_bootstrap
 
 
@@ -32,8 +30,7 @@ def load_records(output_dir: Path) -> list[dict]:
 
 
 # the `hf-attn train` flags that choose the test split: runs that agree on these (and on the pair) share it
-DATA_FLAGS = ("--corpus", "--train_file", "--validation_file", "--test_file", "--dataset", "--dataset_config_name",
-              "--max_predict_samples")
+DATA_FLAGS = tuple(f"--{name}" for name in DATA_ARGUMENTS if name not in ("source", "target"))
 
 
 def _flag(text: str) -> str:
@@ -58,22 +55,19 @@ def test_data_name(record: dict) -> str:
 
 
 def data_arguments(argv: list[str]) -> dict:
-    """The pair and the data flags (`DATA_FLAGS`) of an `hf-attn train` command line, as `HfAttnArguments` types
-    them, with its defaults for those not given (the last of a repeated flag wins, as in the parser)."""
-    fields = {f.name: f for f in dataclasses.fields(HfAttnArguments)}
-    types = typing.get_type_hints(HfAttnArguments)
-    given = {flag: value for flag, value in _flag_values(argv) if flag in ("--source", "--target", *DATA_FLAGS)}
+    """The pair and the data flags (`DATA_FLAGS`) of an `hf-attn train` command line, typed as `DATA_ARGUMENTS`
+    (`data/arguments.py`) declares them, None for those not given (the last of a repeated flag wins, as in the
+    parser): the values `hf-attn train`'s parser gives them, read without it."""
+    given = {flag[2:]: value for flag, value in _flag_values(argv) if flag[2:] in DATA_ARGUMENTS}
     out = {}
-    for flag in ("--source", "--target", *DATA_FLAGS):
-        name = flag[2:]
-        if flag not in given:
-            out[name] = fields[name].default
+    for name, kind in DATA_ARGUMENTS.items():
+        if name not in given:
+            out[name] = None
             continue
-        kind = next(t for t in (*typing.get_args(types[name]), types[name]) if t is not type(None))
         try:
-            out[name] = kind(given[flag])
+            out[name] = kind(given[name])
         except ValueError:
-            raise HfAttnInputError(f"{flag} {given[flag]!r}: need {getattr(kind, '__name__', kind)}") from None
+            raise HfAttnInputError(f"--{name} {given[name]!r}: need {kind.__name__}") from None
     return out
 
 

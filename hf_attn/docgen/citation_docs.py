@@ -2,7 +2,7 @@
 where each one is typed once. `python scripts/write_citations.py` rewrites them; tests/test_citations.py fails while
 one differs:
 
-- each paper page, ``docs/papers/<key>.md`` for every page of `paper_pages.PAPERS`, opens with the block between
+- each paper page, ``docs/papers/<key>.md`` for every page of `pages.PAPERS`, opens with the block between
   `PAGE_START` and `PAGE_END`: its paper's citation, ``CITATIONS[<key>]`` (its title linked to the publication),
   then the papers of the baselines it documents (the other variants of its `PAPERS` entry); it ends with the block
   between `BIBTEX_START` and `BIBTEX_END`: the BibTeX entries of the same papers;
@@ -28,7 +28,8 @@ from ..modeling.citations import CITATIONS, Citation
 from ..modeling.hyperparameters import SITES
 from ..modeling.registry import ATTENTION_VARIANTS
 from .citation_cff import CFF_FILE, citation_cff
-from .paper_pages import PAPER_PAGE, PAPERS
+from .pages import PAPER_PAGE, PAPERS
+from .rewrite import write_changed
 
 COMMAND = "python scripts/write_citations.py"
 PAGE_START, PAGE_END = "<!-- citation:start -->", "<!-- citation:end -->"
@@ -181,9 +182,4 @@ def citation_docs(root: Path) -> dict[Path, str]:
 
 def write_citations(root: Path) -> list[Path]:
     """Rewrite the citation blocks under ``root``; the files that changed."""
-    changed = []
-    for path, text in citation_docs(root).items():
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-            changed.append(path)
-    return changed
+    return write_changed(citation_docs(root))

@@ -1,6 +1,6 @@
-"""The retrofit in the report (``retrofit.json``, pre-registered; `retrofit.py` runs it): what the swap costs at
-step 0, how fine-tuning wins it back against the softmax control, and whether the retrofitted model ends above the
-same preset trained from scratch for the same total number of updates.
+"""The retrofit in the report (``retrofit.json``, pre-registered; `plans/retrofit.py` defines its runs): what the
+swap costs at step 0, how fine-tuning wins it back against the softmax control, and whether the retrofitted model
+ends above the same preset trained from scratch for the same total number of updates.
 
 `retrofit_section(output_dir, records, seed_cmp)` returns the Markdown lines and the data the report adds (None
 without the file); `plot_retrofit` draws validation BLEU against fine-tuning step."""
@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.common import pyplot, save_figure
+from ..plans.retrofit import STEP0_HYPS, child_presets, load_retrofit, parent_specs, retrofit_specs
+from ..plans.rules import RULES
 from .claim_checks import delta_ci
-from .experiments import RULES, judge_rule
-from .retrofit import STEP0_HYPS, child_presets, load_retrofit, parent_specs, retrofit_specs
+from .experiments import judge_rule
 from .seeds import MIN_SEEDS, complete, mean_sd, p_text, seed_delta
 
 RETROFIT_FILE = "retrofit.json"

@@ -8,15 +8,13 @@ from pathlib import Path
 
 from ..errors import HfAttnInputError
 from ..modeling.hyperparameters import SITES
+from ..plans.rules import RULES
 from .claims import delta_ci
 from .columns import SHOW, SITE_STATS, column_head, failure_text, fmt, known_column, mean_of, seed_list, show_value
 from .plots import plot_experiment
 from .seeds import MIN_SEEDS, complete, mean_sd, p_text, seed_delta
 
 
-RULES = {"above": (lambda lo, hi, m: lo > m, "interval above {m:g}"),
-         "below": (lambda lo, hi, m: hi < m, "interval below {m:g}"),
-         "not_below": (lambda lo, hi, m: hi >= m, "interval reaches {m:g} or above")}
 EXPERIMENT_KEYS = ("id", "title", "question", "steps", "arms", "cells", "show", "rules")
 
 
