@@ -10,12 +10,12 @@ one training budget by a stated rule, and the headline presets train at that bud
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from ..errors import HfAttnInputError
 from ..modeling.hyperparameters import HfAttnConfigError
+from .files import check_common, checker, read_plan
 from .matrix import RunSpec, matrix
 
 KEYS = ("pair", "base", "seeds", "eval_every", "pilot", "rule", "matrix", "slot")
@@ -23,10 +23,7 @@ KEYS = ("pair", "base", "seeds", "eval_every", "pilot", "rule", "matrix", "slot"
 
 def load_converged(path: str | Path) -> dict:
     """The pre-registration at ``path``, checked."""
-    try:
-        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise HfAttnInputError(f"--converged {str(path)!r}: cannot read it as JSON ({e})") from None
+    cfg = read_plan(path, "--converged")
     check_converged(cfg, path)
     return cfg
 
@@ -37,14 +34,8 @@ def _positive_int(x) -> bool:
 
 def check_converged(cfg, path) -> None:
     """One error line for the first thing wrong in a converged-matrix file (the keys of ``results/converged.json``)."""
-    def need(ok, what):
-        if not ok:
-            raise HfAttnInputError(f"--converged {str(path)!r}: {what}")
-
-    need(isinstance(cfg, dict) and all(k in cfg for k in KEYS), f"needs the keys {', '.join(KEYS)}")
-    need(isinstance(cfg["pair"], str) and cfg["pair"].count("-") == 1, '"pair" must be SOURCE-TARGET, e.g. de-en')
-    need(isinstance(cfg["seeds"], list) and cfg["seeds"] and all(type(s) is int for s in cfg["seeds"]),
-         '"seeds" must be a list of integer seeds')
+    need = checker("--converged", path)
+    check_common(cfg, need, KEYS)
     need(_positive_int(cfg["eval_every"]), '"eval_every" must be a positive integer (steps)')
     pilot, rule, mat, slot = cfg["pilot"], cfg["rule"], cfg["matrix"], cfg["slot"]
     need(isinstance(pilot, dict) and isinstance(pilot.get("preset"), str) and _positive_int(pilot.get("max_steps"))

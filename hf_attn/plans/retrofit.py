@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import HfAttnInputError
 from ..modeling.hyperparameters import HfAttnConfigError
+from .files import check_common, checker, read_plan
 from .matrix import STEP0_SUFFIX, RunSpec, matrix
 from .rules import RULES
 
@@ -27,10 +28,7 @@ STEP0_HYPS = ".step0.hyp.txt"  # beside a child's record: the test translations 
 
 def load_retrofit(path: str | Path) -> dict:
     """The pre-registration at ``path``, checked."""
-    try:
-        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise HfAttnInputError(f"--retrofit {str(path)!r}: cannot read it as JSON ({e})") from None
+    cfg = read_plan(path, "--retrofit")
     check_retrofit(cfg, path)
     return cfg
 
@@ -41,15 +39,9 @@ def _flags(x) -> bool:
 
 def check_retrofit(cfg, path) -> None:
     """One error line for the first thing wrong in a retrofit file (the keys of ``results/retrofit.json``)."""
-    def need(ok, what):
-        if not ok:
-            raise HfAttnInputError(f"--retrofit {str(path)!r}: {what}")
-
-    need(isinstance(cfg, dict) and all(k in cfg for k in KEYS), f"needs the keys {', '.join(KEYS)}")
-    need(isinstance(cfg["pair"], str) and cfg["pair"].count("-") == 1, '"pair" must be SOURCE-TARGET, e.g. de-en')
+    need = checker("--retrofit", path)
+    check_common(cfg, need, KEYS)
     need(isinstance(cfg["base"], str), '"base" must be a base model, e.g. marian')
-    need(isinstance(cfg["seeds"], list) and cfg["seeds"] and all(type(s) is int for s in cfg["seeds"]),
-         '"seeds" must be a list of integer seeds')
     parent, children = cfg["parent"], cfg["children"]
     need(isinstance(parent, dict) and isinstance(parent.get("preset"), str) and type(parent.get("steps")) is int
          and parent["steps"] > 0 and _flags(parent.get("train_args", [])),

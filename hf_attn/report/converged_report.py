@@ -2,7 +2,7 @@
 for each arm (final weights; the average of the last checkpoints), and validation BLEU against step per preset.
 
 `converged_section(output_dir, records, seed_cmp)` returns the Markdown lines and the data the report adds (None
-when the file or its pilot is missing); `plot_bleu_curves` draws the figure on its own."""
+when the file or its pilot is missing); `converged_curves` draws the figure on its own."""
 
 from __future__ import annotations
 
@@ -10,50 +10,23 @@ import copy
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
-from ..analysis.common import pyplot, save_figure
 from ..plans.converged import converged_budget, load_converged, matrix_budget, matrix_specs, pilot_specs
 from ..plans.matrix import AVERAGED_HYPS
+from .plots import plot_bleu_curves
 from .seeds import complete
 from .tables import across_seeds_table
 
 CONVERGED_FILE = "converged.json"
 
 
-def _bleu_curve(record: dict) -> dict[int, float]:
-    curve = ((record.get("results") or {}).get("curves") or {}).get("validation_bleu") or {}
-    return {int(p[0]): float(p[1]) for p in curve.get("curve", [])}
-
-
-def plot_bleu_curves(runs: dict, path: Path, title: str, pilot: list[dict] | None = None) -> Path:
-    """Validation BLEU against step, one line per preset of ``runs`` ({preset: records}): the mean over its seeds
-    at the steps every seed evaluated, the range across seeds shaded; softmax in black, and the ``pilot``'s softmax
-    (longer) dashed in grey."""
-    plt = pyplot()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    colours = plt.get_cmap("tab10").colors
-    series = sorted(runs.items(), key=lambda kv: (kv[0] != "softmax", kv[0]))
+def converged_curves(runs: dict, path: Path, title: str, pilot: list[dict] | None = None) -> Path:
+    """Validation BLEU against step, one line per preset of ``runs`` ({preset: records}); softmax in black, and the
+    ``pilot``'s softmax (longer) dashed in grey (`plots.plot_bleu_curves`)."""
+    series = [(preset, records, "reference" if preset == "softmax" else "")
+              for preset, records in sorted(runs.items(), key=lambda kv: (kv[0] != "softmax", kv[0]))]
     if pilot:
-        series.append(("softmax pilot", pilot))
-    for i, (preset, records) in enumerate(series):
-        curves = [c for c in (_bleu_curve(r) for r in complete(records)) if c]
-        if not curves:
-            continue
-        xs = sorted(set.intersection(*(set(c) for c in curves)))
-        ys = np.array([[c[x] for x in xs] for c in curves])
-        colour = "black" if preset == "softmax" else "grey" if preset == "softmax pilot" else colours[i % 10]
-        ax.plot(xs, ys.mean(0), marker=".", color=colour, linestyle="--" if preset == "softmax pilot" else "-",
-                label=f"{preset} ({len(curves)} seed{'s' * (len(curves) > 1)})")
-        if len(curves) > 1:
-            ax.fill_between(xs, ys.min(0), ys.max(0), color=colour, alpha=0.15, linewidth=0)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("validation BLEU (fixed subset)")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="lower right")
-    return save_figure(fig, path, f"{title}: mean over seeds, range shaded")
+        series.append(("softmax pilot", pilot, "dashed"))
+    return plot_bleu_curves(series, path, title, "optimizer step")
 
 
 def averaged_record(record: dict, output_dir: Path) -> dict | None:
@@ -116,7 +89,7 @@ def converged_section(output_dir: Path, records: list[dict], seed_cmp) -> tuple[
         table, scores = across_seeds_table(by_preset, seed_cmp, presets)
         md += [f"### {arm.capitalize()}", ""] + table + [""]
         data["arms"][arm] = scores
-    plot = plot_bleu_curves(_by_preset(final), Path(output_dir, "plots", "converged_bleu_curves.png"),
+    plot = converged_curves(_by_preset(final), Path(output_dir, "plots", "converged_bleu_curves.png"),
                             f"{cfg['pair']}, {budget:,} steps", [r for r in records if r["name"] in pilot_names])
     md += [f"![validation BLEU against step]({plot.relative_to(output_dir)})", ""]
     return md, data

@@ -122,3 +122,36 @@ def plot_experiment(experiment: dict, cells: dict, path: Path) -> Path:
     ax.set_xlabel(f"test BLEU after {experiment['steps']:,} steps (dots: seeds; bar: mean)")
     ax.grid(axis="x", alpha=0.3)
     return save_figure(fig, path, f"{experiment['title']} ({experiment['id']})")
+
+
+def bleu_curve(record: dict) -> dict[int, float]:
+    """{step: BLEU} of a record's validation-BLEU curve (`hf-attn train --eval_bleu_every`); empty without one."""
+    curve = ((record.get("results") or {}).get("curves") or {}).get("validation_bleu") or {}
+    return {int(p[0]): float(p[1]) for p in curve.get("curve", [])}
+
+
+def plot_bleu_curves(series: list[tuple[str, list[dict], str]], path: Path, title: str, xlabel: str) -> Path:
+    """Validation BLEU against step, one line per (label, records, style) of ``series``: the mean over the records'
+    seeds at the steps every seed evaluated, the range across seeds shaded. ``style`` "reference" draws black,
+    "dashed" grey and dashed, "dashed-reference" black and dashed, anything else the next colour."""
+    plt = pyplot()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    colours = plt.get_cmap("tab10").colors
+    for i, (label, records, style) in enumerate(series):
+        curves = [c for c in (bleu_curve(r) for r in records if r.get("status") == "complete") if c]
+        if not curves:
+            continue
+        xs = sorted(set.intersection(*(set(c) for c in curves)))
+        ys = np.array([[c[x] for x in xs] for c in curves])
+        colour = "black" if "reference" in style else "grey" if style == "dashed" else colours[i % 10]
+        ax.plot(xs, ys.mean(0), marker=".", color=colour, linestyle="--" if "dashed" in style else "-",
+                label=f"{label} ({len(curves)} seed{'s' * (len(curves) > 1)})")
+        if len(curves) > 1:
+            ax.fill_between(xs, ys.min(0), ys.max(0), color=colour, alpha=0.15, linewidth=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("validation BLEU (fixed subset)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
+    return save_figure(fig, path, f"{title}: mean over seeds, range shaded")

@@ -11,47 +11,23 @@ import copy
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
-from ..analysis.common import pyplot, save_figure
 from ..plans.retrofit import STEP0_HYPS, child_presets, load_retrofit, parent_specs, retrofit_specs
 from ..plans.rules import RULES
 from .claim_checks import delta_ci
 from .experiments import judge_rule
+from .plots import plot_bleu_curves
 from .seeds import MIN_SEEDS, complete, mean_sd, p_text, seed_delta
 
 RETROFIT_FILE = "retrofit.json"
 
 
-def _bleu_curve(record: dict) -> dict[int, float]:
-    curve = ((record.get("results") or {}).get("curves") or {}).get("validation_bleu") or {}
-    return {int(p[0]): float(p[1]) for p in curve.get("curve", [])}
-
-
 def plot_retrofit(children: dict, control: str, path: Path, title: str) -> Path:
-    """Validation BLEU against fine-tuning step, one line per preset of ``children`` ({preset: records}): the mean
-    over its seeds at the steps every seed evaluated, the range across seeds shaded, the ``control`` dashed black."""
-    plt = pyplot()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    colours = plt.get_cmap("tab10").colors
-    for i, (preset, records) in enumerate(sorted(children.items(), key=lambda kv: (kv[0] != control, kv[0]))):
-        curves = [c for c in (_bleu_curve(r) for r in complete(records)) if c]
-        if not curves:
-            continue
-        xs = sorted(set.intersection(*(set(c) for c in curves)))
-        ys = np.array([[c[x] for x in xs] for c in curves])
-        colour = "black" if preset == control else colours[i % 10]
-        ax.plot(xs, ys.mean(0), marker=".", color=colour, linestyle="--" if preset == control else "-",
-                label=f"{preset}{' (control)' if preset == control else ''} ({len(curves)} seed{'s' * (len(curves) > 1)})")
-        if len(curves) > 1:
-            ax.fill_between(xs, ys.min(0), ys.max(0), color=colour, alpha=0.15, linewidth=0)
-    ax.set_xlabel("fine-tuning step (0: the swapped parent before any update)")
-    ax.set_ylabel("validation BLEU (fixed subset)")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="lower right")
-    return save_figure(fig, path, f"{title}: mean over seeds, range shaded")
+    """Validation BLEU against fine-tuning step, one line per preset of ``children`` ({preset: records}), the
+    ``control`` dashed black (`plots.plot_bleu_curves`)."""
+    series = [(f"{preset} (control)" if preset == control else preset, records,
+               "dashed-reference" if preset == control else "")
+              for preset, records in sorted(children.items(), key=lambda kv: (kv[0] != control, kv[0]))]
+    return plot_bleu_curves(series, path, title, "fine-tuning step (0: the swapped parent before any update)")
 
 
 def step0_record(record: dict, output_dir: Path) -> dict | None:
@@ -131,8 +107,8 @@ def _rules(cfg: dict, children: dict, scratch: dict, seed_cmp) -> list[dict]:
 
 
 def _machines(parents: list[dict], children: dict, scratch: dict) -> str:
-    def kinds(records):
-        return sorted({str(r["results"].get("device")) for r in complete(records)})
+    def kinds(records):  # the machine kind: "NVIDIA H200 x1", "x86_64 CPU" (threads and processes left out)
+        return sorted({str(r["results"].get("device")).split(",")[0] for r in complete(records)})
 
     kids = [r for rs in children.values() for r in rs]
     scratch_runs = [r for rs in scratch.values() for r in rs]
