@@ -6,7 +6,7 @@ name per layer. ``*_attention_layers`` optionally restricts a site's variant to 
 Variant hyperparameters are flat fields (``rela_norm``, ``gmm_num_components``, ...) with the papers' defaults,
 declared once by each variant's ``hyperparameters`` (`Hyperparameter`: type, default, valid values, help), and
 checked by one generic checker. ``attention_kernels`` picks where attention runs: ``"auto"`` (the fused Triton kernels on CUDA where triton is
-installed), ``"triton"`` or ``"eager"`` (`fused.use_triton`; ``HF_ATTN_KERNELS`` overrides it). Validation never
+installed), ``"triton"`` or ``"eager"`` (`fused.dispatch`; ``HF_ATTN_KERNELS`` overrides it). Validation never
 changes the config; the construction only puts values in their
 declared type (2.0 -> 2 for an int field, tuples -> lists: values read back from JSON) and maps the old variant name
 ``relu`` to ``reluformer``.

@@ -1,5 +1,5 @@
 """Fused Triton kernels (forward and backward) for the ReLU attention family: ReLA (Zhang et al. 2021, Eq. 3) and
-ReLUFormer (Shen et al. 2023, Eq. 5-7). Used on CUDA tensors whenever `fused.use_triton` says so.
+ReLUFormer (Shen et al. 2023, Eq. 5-7). Used on CUDA tensors whenever `fused.dispatch` says so.
 
 What: the contract of `attention_blockwise.blockwise_relu_attention` (q scaled by the caller, ReLUFormer's per-query
 factor 1 / (gamma sqrt(n_i / 2)) included, or by the kernel's ``scale``):

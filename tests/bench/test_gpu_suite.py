@@ -116,21 +116,26 @@ def test_time_budget_skips_and_says_so():
 
 
 # ---- the kernel table, read from the code ------------------------------------------------------------------------
-def test_kernel_table_finds_the_variants_that_reach_use_triton(monkeypatch, tmp_path):
+def test_kernel_table_reads_the_fast_path_each_variant_hands_dispatch(monkeypatch, tmp_path):
     src = tmp_path / "fake_variants.py"  # (inspect needs real source files)
-    src.write_text("from hf_attn.modeling.fused import use_triton\nfrom triton_fake_kernel import fake_kernel\n\n"
-                   "def dispatch(module, q):\n    return use_triton(module, q, False)\n\n"
-                   "class Fused:\n    def attend(self, q):\n        if dispatch(self, q):\n"
+    src.write_text("from hf_attn.modeling.fused import SDPA, TRITON, dispatch\n"
+                   "from triton_fake_kernel import fake_kernel\n\n"
+                   "def fast(module, q):\n    return dispatch(module, q, TRITON, False) == TRITON\n\n"
+                   "class Fused:\n    def attend(self, q):\n        if fast(self, q):\n"
                    "            return fake_kernel(q)\n        return q\n\n"
+                   "class Distributed:\n    def attend(self, q):\n        return dispatch(self, q, fast=SDPA)\n\n"
                    "class Plain:\n    def attend(self, q):\n        return q\n")
     (tmp_path / "triton_fake_kernel.py").write_text("def fake_kernel(q):\n    return q\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import fake_variants
 
     monkeypatch.setattr(gpu_render, "MODELING", (gpu_render.MODELING, "fake_variants", "triton_fake_kernel"))
-    assert gpu_render.fused_kernel_files(fake_variants.Fused) == ["triton_fake_kernel.py"]
-    assert gpu_render.fused_kernel_files(fake_variants.Plain) is None
-    assert gpu_render.variant_path("softmax") == "SDPA"
+    assert gpu_render.fused_paths(fake_variants.Fused) == ({"triton"}, ["triton_fake_kernel.py"])
+    assert gpu_render.fused_paths(fake_variants.Distributed) == ({"sdpa"}, [])
+    assert gpu_render.fused_paths(fake_variants.Plain) == (set(), [])
+    assert gpu_render.variant_path("softmax") == "SDPA" and gpu_render.variant_path("gmm") == "SDPA + eager"
+    assert gpu_render.variant_path("rela").startswith("**Triton** (`triton_relu.py`")
+    assert gpu_render.variant_path("recurrent") == "eager"
 
 
 # ---- the committed page -----------------------------------------------------------------------------------------
