@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from pathlib import Path
@@ -128,6 +129,23 @@ def load_script(name: str):
     return module
 
 
+@contextlib.contextmanager
+def kept_threads():
+    """torch's thread count as it was before the block, restored after it (the scripts' mains set their own)."""
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_script(module, argv):
+    """``module.main(argv)`` of a script loaded by `load_script`, in this process (no import per run); the thread
+    count it sets is restored afterwards."""
+    with kept_threads():
+        return module.main(argv)
+
+
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
@@ -151,7 +169,6 @@ def batch():
 @pytest.fixture
 def one_thread():
     """torch on one thread for the test (restored afterwards): training-sized tests are faster and steadier."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with kept_threads():
+        torch.set_num_threads(1)
+        yield

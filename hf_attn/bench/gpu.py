@@ -34,7 +34,7 @@ from .memory import peak_growth_mib
 from .models import build_hf_attn, build_stock, config_fields, padded_batch
 from .profile import matmul_flops
 from .results import STOCK
-from .timing import decode, per_round, raise_recompile_limits, rounds, timed, warm_up
+from .timing import decode, forward_backward, interleaved, per_round, raise_recompile_limits, train_step, warm_up
 
 GPU_PRESETS = ("softmax", "rela-g", "relu", "reluformer", "gmm", "calibration-gate", "ran-d", "ran-all", "sparsemax",
                "entmax15")
@@ -112,29 +112,14 @@ class Deadline:
         return False
 
 
-def autocast(device: str):
-    return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
-
-
 def train_step_bf16(model, optimizer, batch) -> float:
     """A bf16 mixed-precision training step: forward under autocast, backward, AdamW; the loss."""
-    model.train()
-    with autocast(str(batch["input_ids"].device)):
-        loss = model(**batch).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item()
+    return train_step(model, optimizer, batch, torch.bfloat16)
 
 
 def forward_backward_bf16(model, batch) -> float:
     """Forward (bf16 autocast) and backward of the whole model, no optimiser step; the loss."""
-    model.train()
-    with autocast(str(batch["input_ids"].device)):
-        loss = model(**batch).loss
-    loss.backward()
-    model.zero_grad(set_to_none=True)
-    return loss.item()
+    return forward_backward(model, batch, torch.bfloat16)
 
 
 def environment(s: GpuSuiteSettings, command: str) -> dict:
@@ -200,17 +185,16 @@ def warm_and_record(step, models: dict, paths: dict, call: str, errors: dict) ->
 
 
 def timed_rounds(s: GpuSuiteSettings, step, models: dict, repeats: int, desc: str, deadline: Deadline) -> dict:
-    """{name: [seconds per round]} of ``step(model, opt)``, interleaved rounds; fewer than ``repeats`` (at least one)
-    when the deadline would pass during the next round (noted in the deadline's skipped list)."""
-    times = {name: [] for name in models}
-    for r, order in enumerate(rounds(models.items(), repeats, desc)):
-        start = time.monotonic()
-        for name, (model, opt) in order:
-            times[name].append(timed(s.device, step, model, opt))
-        if r + 1 < repeats and deadline.left() < time.monotonic() - start:
-            deadline.skipped.append(f"{desc}: {r + 1} of {repeats} rounds (time budget)")
-            break
-    return times
+    """{name: [seconds per round]} of ``step(model, opt)``, `timing.interleaved` rounds; fewer than ``repeats`` (at
+    least one) when the deadline would pass during the next round (noted in the deadline's skipped list)."""
+
+    def out_of_time(done: int, last_round_s: float) -> bool:
+        if deadline.left() >= last_round_s:
+            return False
+        deadline.skipped.append(f"{desc}: {done} of {repeats} rounds (time budget)")
+        return True
+
+    return interleaved(s.device, step, models, repeats, desc, out_of_time)
 
 
 def ratio_rows(times: dict, extra: dict | None = None) -> list[dict]:

@@ -21,7 +21,7 @@ from .models import build_hf_attn, build_stock, config_fields, padded_batch
 from .profile import attention_share, matmul_flops, op_profile
 from .render import plot_long, render_result
 from .results import STOCK, BenchmarkResult, BenchSettings, CallTiming, LongRow, SentenceRow
-from .timing import (RecompileLimitHits, decode, forward_backward, raise_recompile_limits, ratios, rounds, timed,
+from .timing import (RecompileLimitHits, decode, forward_backward, interleaved, raise_recompile_limits, ratios,
                      train_step, warm_up)
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding hf_attn, for the memory subprocesses
@@ -127,7 +127,7 @@ def run_sentence(s: BenchSettings, command: str) -> BenchmarkResult:
             model.compile(backend=s.compile)
     fallbacks = RecompileLimitHits() if s.compile else None
     train, dec = train_batch(s), decode_batch(s)
-    times = {call: {n: [] for n in models} for call in s.calls}
+    times = {}
     flops = {call: {} for call in s.calls}
     warmup = {}  # seconds of the untimed first call(s) per model: compiled, mostly compilation
     profiles = {call: {} for call in s.calls}
@@ -142,9 +142,7 @@ def run_sentence(s: BenchSettings, command: str) -> BenchmarkResult:
                 flops[call][name] = matmul_flops(steps[call], model, opt)
         for name, (model, opt) in models.items() if s.profile else [(STOCK, models[STOCK])]:
             profiles[call][name] = op_profile(s.device, steps[call], model, opt)
-        for order in rounds(models.items(), s.repeats, f"{call}: interleaved rounds"):
-            for name, (model, opt) in order:
-                times[call][name].append(timed(s.device, steps[call], model, opt))
+        times[call] = interleaved(s.device, steps[call], models, s.repeats, f"{call}: interleaved rounds")
 
     rows = []
     for name, (model, _) in models.items():
@@ -173,10 +171,9 @@ def run_long(s: BenchSettings, command: str) -> BenchmarkResult:
             forward_backward(model, batch)
         profiles = {name: op_profile(s.device, forward_backward, model, batch)
                     for name, model in models.items()} if s.profile else {}
-        times = {n: [] for n in models}
-        for order in rounds(models.items(), s.repeats, f"length {length}: interleaved rounds"):
-            for name, model in order:
-                times[name].append(timed(s.device, forward_backward, model, batch))
+        times = interleaved(s.device, lambda model, _: forward_backward(model, batch),
+                            {name: (model, None) for name, model in models.items()}, s.repeats,
+                            f"length {length}: interleaved rounds")
         for name in models:
             r, median = ratios(times, name), statistics.median(times[name])
             timing = CallTiming(median_s=median, ratio_vs_stock=r["stock"], ratio_vs_softmax=r["softmax"],

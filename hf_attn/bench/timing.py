@@ -4,6 +4,7 @@ watched when the models run compiled)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import time
@@ -29,22 +30,29 @@ def timed(device: str, fn, *a) -> float:
     return time.perf_counter() - start
 
 
-def train_step(model, optimizer, batch) -> float:
-    """Forward, backward and an optimiser step; the loss."""
-    model.train()
-    loss = model(**batch).loss
-    loss.backward()
+def autocast(batch, amp: torch.dtype | None):
+    """Autocast to ``amp`` on the device of ``batch``'s input ids (no context without ``amp``)."""
+    if amp is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=batch["input_ids"].device.type, dtype=amp)
+
+
+def train_step(model, optimizer, batch, amp: torch.dtype | None = None) -> float:
+    """Forward (under ``amp`` autocast, e.g. bf16 mixed precision), backward and an optimiser step; the loss."""
+    loss = forward_backward(model, batch, amp, zero_grad=False)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss.item()
+    return loss
 
 
-def forward_backward(model, batch) -> float:
-    """Forward and backward, no optimiser step; the loss."""
+def forward_backward(model, batch, amp: torch.dtype | None = None, zero_grad: bool = True) -> float:
+    """Forward (under ``amp`` autocast) and backward, no optimiser step; the loss."""
     model.train()
-    loss = model(**batch).loss
+    with autocast(batch, amp):
+        loss = model(**batch).loss
     loss.backward()
-    model.zero_grad(set_to_none=True)
+    if zero_grad:
+        model.zero_grad(set_to_none=True)
     return loss.item()
 
 
@@ -69,6 +77,20 @@ def rounds(items, repeats: int, desc: str):
     for r in tqdm(range(repeats), desc=desc):
         k = r % len(items)
         yield items[k:] + items[:k]
+
+
+def interleaved(device: str, step, models: dict, repeats: int, desc: str, stop=None) -> dict:
+    """{name: [seconds per round]} of ``step(model, optimizer)`` for every model of ``models`` ({name: (model,
+    optimizer)}), in interleaved `rounds`, each call timed with its queued GPU work (`timed`: a CUDA synchronise
+    before and after). ``stop(rounds_done, seconds_of_last_round)``: True ends the loop early (a time budget)."""
+    times = {name: [] for name in models}
+    for r, order in enumerate(rounds(models.items(), repeats, desc)):
+        start = time.monotonic()
+        for name, (model, opt) in order:
+            times[name].append(timed(device, step, model, opt))
+        if stop is not None and r + 1 < repeats and stop(r + 1, time.monotonic() - start):
+            break
+    return times
 
 
 def per_round(times: dict, name: str, reference: str = STOCK) -> list[float]:

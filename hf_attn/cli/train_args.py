@@ -14,6 +14,7 @@ A leaf of the CLI: it imports only `training.args`, `modeling`, `errors` and tra
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -119,6 +120,21 @@ def given_flags(argv: list[str]) -> set[str]:
     return out
 
 
+def broken_json_flag(parser, argv: list[str]) -> str | None:
+    """The line for a dict-valued training flag (``--lr_scheduler_kwargs``, ``--fsdp_config``, ...) whose value opens
+    a JSON object that does not parse (transformers' own error names neither the flag nor the value), or None."""
+    ns, _ = parser.parse_known_args(argv)
+    for name in getattr(Seq2SeqTrainingArguments, "_VALID_DICT_FIELDS", ()):
+        value = getattr(ns, name, None)
+        if isinstance(value, str) and value.startswith("{"):
+            try:
+                json.loads(value)
+            except json.JSONDecodeError as e:
+                return (f"--{name} {value} is not a JSON object ({e.msg} at character {e.pos}); give one in single "
+                        f"quotes, e.g. --{name} '{{\"key\": 1}}'")
+    return None
+
+
 def parse_train_args(argv: list[str] | None = None):
     """(hf-attn args, Seq2SeqTrainingArguments, model overrides dict, the flags given)."""
     argv = join_negative_list_values(list(sys.argv[1:] if argv is None else argv))
@@ -145,7 +161,7 @@ def parse_train_args(argv: list[str] | None = None):
     try:
         hargs, targs, cargs = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
     except ValueError as e:
-        raise HfAttnInputError(str(e).strip().splitlines()[0]) from None
+        raise HfAttnInputError(broken_json_flag(parser, argv) or str(e).strip().splitlines()[0]) from None
     if hargs.minutes is None and "max_steps" not in given and "num_train_epochs" not in given:
         targs.max_steps = DEFAULT_MAX_STEPS
     overrides = model_overrides(cargs)

@@ -81,7 +81,7 @@ from .attention_base import VariantAttention
 from .citations import CITATIONS
 from .forward_state import FORWARD_STATE_KWARG, ForwardState
 from .hyperparameters import Hyperparameter, Preset
-from .fused import use_triton
+from .fused import TRITON, dispatch
 from .kernels import float32_autocast_off, weighted_values
 from .triton_calibration import calibrated_attention
 
@@ -203,8 +203,8 @@ class CalibratedAttention(VariantAttention):
     # ---- forward ----------------------------------------------------------------------------------------------
     def attend(self, q, k, v, keep, ctx):
         details = ctx.state is not None and ctx.state.details is not None
-        if self.fusion != "fixed_softmax" and keep.explicit is None and not keep.causal and use_triton(
-                self, q, ctx.output_attentions or details):
+        supported = self.fusion != "fixed_softmax" and keep.explicit is None and not keep.causal
+        if dispatch(self, q, TRITON, ctx.output_attentions or details, supported) == TRITON:
             return self.attend_fused(q, k, v, keep, ctx), None
         weights = self.calibrated_weights(q, k, keep, ctx)
         return weighted_values(weights, v, self.attn_dropout, self.training, ctx.output_attentions)

@@ -38,7 +38,7 @@ from torch import nn
 
 from .attention_base import VariantAttention
 from .citations import CITATIONS
-from .fused import kernel_mode
+from .fused import SDPA, dispatch
 from .gmm_mixture import (
     NORMALIZATION_SCALE,
     SYNTHESIS_MAX_LOG_STEP,
@@ -262,7 +262,9 @@ class GmmAttention(VariantAttention):
     def attend(self, q, k, v, keep, ctx):
         """gamma = fuse(alpha, beta) (Eq. 13); returns (gamma V (Eq. 15), gamma or None)."""
         details = ctx.state is not None and ctx.state.details is not None
-        if not (details or ctx.output_attentions) and self.sdpa_distributed(q):
+        # the product distributed over the fusion (alpha V by SDPA) where `fused.dispatch` says so: the paper drops
+        # gamma with one dropout mask, SDPA would drop alpha with its own, so not with attention dropout
+        if dispatch(self, q, SDPA, details or ctx.output_attentions, supported=not self.attn_dropout) == SDPA:
             return self.attend_distributed(q, k, v, keep, ctx), None
         with float32_autocast_off(q):
             q32 = q.float()
@@ -287,14 +289,6 @@ class GmmAttention(VariantAttention):
         if details:
             ctx.state.record(self.site, self.layer_idx, {"alpha": alpha, "beta": beta, "gamma": gamma, **params})
         return weighted_values(gamma, v, self.attn_dropout, self.training, ctx.output_attentions)
-
-    def sdpa_distributed(self, q) -> bool:
-        """True when `attend_distributed` runs: no attention dropout active (the paper drops gamma with one mask, SDPA
-        would drop alpha with its own), not the eager flag, and CUDA (`fused.kernel_mode` auto / triton) or mode
-        triton (also on CPU, where the written-out path stays the default)."""
-        mode = kernel_mode(self.config)
-        eager = self.attn_dropout or getattr(self, "eager_attention", False) or mode == "eager"
-        return not eager and (q.is_cuda or mode == "triton")
 
     def attend_distributed(self, q, k, v, keep, ctx):
         """gamma V with the product distributed over the fusion (Eq. 13, 15): (1 - g) (alpha V) + g (beta V), alpha V

@@ -11,7 +11,7 @@ gate on/off, gain init (ones / uniform).
 
 Long inputs: when queries or keys outnumber ``rela_chunk``, alpha V is summed block by block over keys
 (`attention_blockwise`): memory grows linearly with the length, values and gradients are those of Eq. 3.
-On a GPU (`fused.use_triton`), Eq. 3 runs at any length in one fused Triton kernel (`triton_relu`) instead.
+On a GPU (`fused.dispatch`), Eq. 3 runs at any length in one fused Triton kernel (`triton_relu`) instead.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from torch.autograd.function import once_differentiable
 from .attention_base import VariantAttention
 from .attention_blockwise import ACTIVATIONS, activate, blockwise_relu_attention, use_blocks
 from .citations import CITATIONS
-from .fused import use_triton
+from .fused import TRITON, dispatch
 from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off, weighted_values
 from .triton_relu import triton_relu_attention, triton_supports
@@ -152,7 +152,7 @@ class RelaAttention(VariantAttention):
             init.uniform_(self.rela_gate_weight, -bound, bound)
 
     def attend(self, q, k, v, keep, ctx):
-        if use_triton(self, q, ctx.output_attentions, triton_supports(q, k, keep)):  # the fused kernel, any length
+        if dispatch(self, q, TRITON, ctx.output_attentions, triton_supports(q, k, keep)) == TRITON:  # any length
             out, _, _ = triton_relu_attention(q, k, v, keep, activation=self.activation, slope=self.leaky_slope,
                                               dropout=self.attn_dropout, scale=self.scaling)
             return out, None

@@ -23,7 +23,7 @@ the attention runs block-wise over queries and keys (`attention_blockwise`): h a
 (sum_j s_ij and sum_j s_ij log s_ij) are sums over keys, accumulated block by block, and the backward pass
 recomputes each block, so memory grows linearly with the length. Same values and gradients as the full computation.
 Shorter inputs run the same kernel as one block whenever the statistics are needed (its backward is written out).
-On a GPU (`fused.use_triton`), h and both row sums come at any length from one fused Triton kernel (`triton_relu`).
+On a GPU (`fused.dispatch`), h and both row sums come at any length from one fused Triton kernel (`triton_relu`).
 
 Table 5 ablations are config switches: ``reluformer_scale=False`` (no variance reduction factor; the paper
 reports divergence) and ``reluformer_reg_weight=0`` (no regulariser).
@@ -45,7 +45,7 @@ from .attention_base import VariantAttention
 from .attention_blockwise import blockwise_relu_attention, use_blocks
 from .cache import CACHE_KWARG
 from .citations import CITATIONS
-from .fused import use_triton
+from .fused import TRITON, dispatch
 from .hyperparameters import Hyperparameter, Preset, all_sites
 from .kernels import float32_autocast_off
 from .triton_relu import triton_relu_attention, triton_supports
@@ -69,7 +69,7 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     "rows": n > 0}``, float32 ``[B,H,T]`` (bool for rows); a row without any visible key has rows False and zero
     statistics. ``stats=False``: no statistics (None), for passes that cannot use L_reg (incremental decoding);
     ``stats_grad=False``: statistics without a graph (for the logs alone: L_reg not in the loss). ``fused``: run the
-    fused Triton kernel (`triton_relu`) where it supports the call (the caller asks `fused.use_triton`).
+    fused Triton kernel (`triton_relu`) where it supports the call (the caller asks `fused.dispatch`).
     """
     n = visible_keys(keep)
     nf = n.clamp(min=1).float()
@@ -221,7 +221,7 @@ class ReluFormerAttention(VariantAttention):
             q, k, v, keep, scaling=self.scaling, gamma=self.gamma, scale=self.use_scale, dropout=self.attn_dropout,
             eps=self.eps, entropy_bound=self.entropy_bound, need_weights=ctx.output_attentions, chunk=self.query_chunk,
             stats=self.wants_statistics(ctx), stats_grad=self.regularised,
-            fused=use_triton(self, q, ctx.output_attentions, triton_supports(q, k, keep)),
+            fused=dispatch(self, q, TRITON, ctx.output_attentions, triton_supports(q, k, keep)) == TRITON,
         )
         if stats is not None:  # per-row statistics for L_reg (`model_losses`)
             ctx.state.layer_stats[(self.variant, self.site, self.layer_idx)] = head_sums(stats)

@@ -8,7 +8,7 @@ Triton entmax instead (Gonçalves et al. 2025, "AdaSplash: Adaptive Sparse Flash
 kernel per row block for the forward and one for the backward, in place of the package's sort, cumulative sums and
 their autograd nodes. It finds the same threshold tau (alpha = 2: sparsemax, 1.5: 1.5-entmax) by a histogram
 initialisation and `ADASPLASH_ITERATIONS` hybrid Halley/Newton/secant steps, exact to float32 rounding (the test
-compares values and gradients with the `entmax` package). `fused.use_triton` decides, as for every fused kernel:
+compares values and gradients with the `entmax` package). `fused.dispatch` decides, as for every fused kernel:
 not for ``output_attentions`` or ``attn_implementation="eager"``, nor under ``HF_ATTN_KERNELS=eager``, which is how
 to time or check the `entmax` package's path on a GPU.
 """
@@ -20,7 +20,7 @@ import torch
 from .attention_base import VariantAttention
 from .citations import CITATIONS
 from .hyperparameters import Preset, all_sites
-from .fused import use_triton
+from .fused import EAGER, SDPA, TRITON, dispatch
 from .kernels import float32_autocast_off, softmax_attention, weighted_values
 
 try:  # optional extra: pip install entmax
@@ -58,7 +58,9 @@ class SoftmaxAttention(VariantAttention):
     )
 
     def attend(self, q, k, v, keep, ctx):
-        return softmax_attention(q, k, v, keep, self.scaling, self.attn_dropout, ctx.output_attentions)
+        # SDPA is softmax's plain implementation (stock's too): only a request for weights takes it off
+        eager = dispatch(self, q, SDPA, ctx.output_attentions, plain=True) == EAGER
+        return softmax_attention(q, k, v, keep, self.scaling, self.attn_dropout, eager)
 
 
 def require_entmax(variant: str):
@@ -129,8 +131,9 @@ class _EntmaxFamilyAttention(VariantAttention):
 
     def normalise(self, scores: torch.Tensor, need_weights: bool) -> torch.Tensor:
         """The normaliser for ``scores``: AdaSplash's Triton kernels on a CUDA tensor when installed and
-        `use_triton` allows it, else the `entmax` package (with a gradient) or `forward_only` (without)."""
-        if adasplash_entmax is not None and scores.is_cuda and use_triton(self, scores, need_weights):
+        `fused.dispatch` allows it, else the `entmax` package (with a gradient) or `forward_only` (without)."""
+        supported = adasplash_entmax is not None and scores.is_cuda
+        if dispatch(self, scores, TRITON, need_weights, supported) == TRITON:
             return adasplash_normalise(scores, self.alpha)
         return self.normaliser(scores) if scores.requires_grad else self.forward_only(scores)
 

@@ -6,7 +6,7 @@ name per layer. ``*_attention_layers`` optionally restricts a site's variant to 
 Variant hyperparameters are flat fields (``rela_norm``, ``gmm_num_components``, ...) with the papers' defaults,
 declared once by each variant's ``hyperparameters`` (`Hyperparameter`: type, default, valid values, help), and
 checked by one generic checker. ``attention_kernels`` picks where attention runs: ``"auto"`` (the fused Triton kernels on CUDA where triton is
-installed), ``"triton"`` or ``"eager"`` (`fused.use_triton`; ``HF_ATTN_KERNELS`` overrides it). Validation never
+installed), ``"triton"`` or ``"eager"`` (`fused.dispatch`; ``HF_ATTN_KERNELS`` overrides it). Validation never
 changes the config; the construction only puts values in their
 declared type (2.0 -> 2 for an int field, tuples -> lists: values read back from JSON) and maps the old variant name
 ``relu`` to ``reluformer``.
@@ -122,7 +122,9 @@ class HfAttnConfigMixin:
         return {s: [self.attention_variant(s, i) for i in range(self.num_layers(s))] for s in SITES}
 
     def validate_attention(self) -> None:
-        """One clear error for a bad site variant, layer list or hyperparameter; never changes the config."""
+        """One clear error for a bad site variant, layer list, hyperparameter or model size; never changes the
+        config."""
+        check_sizes(self)
         self.validate_sites()
         check_kernel_mode(self.attention_kernels)
         for hp in hyperparameters().values():  # every hyperparameter is checked, used here or not
@@ -135,6 +137,7 @@ class HfAttnConfigMixin:
         for site in SITES:
             key, n = f"{site}_attention", self.num_layers(site)
             choice = getattr(self, key)
+            check_site_value(key, choice)
             names = list(choice) if isinstance(choice, (list, tuple)) else [choice]
             if isinstance(choice, (list, tuple)) and len(names) != n:
                 raise HfAttnConfigError(
@@ -156,7 +159,8 @@ class HfAttnConfigMixin:
                     )
             layers = getattr(self, f"{key}_layers")
             if layers is not None:
-                bad = [i for i in layers if not isinstance(i, int) or not 0 <= i < n]
+                bad = [i for i in layers if not isinstance(i, int) or not 0 <= i < n] if isinstance(
+                    layers, (list, tuple)) else [layers]
                 if bad or isinstance(choice, (list, tuple)):
                     raise HfAttnConfigError(
                         f"{key}_layers={layers!r}: need layer indices in 0..{n - 1} and a single {key} name"
@@ -170,8 +174,43 @@ class HfAttnConfigMixin:
             raise HfAttnConfigError(
                 f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; valid presets: {sorted(PRESETS)}"
             )
+        for site in SITES:  # (before the hyperparameter check, which reads the site values)
+            check_site_value(f"{site}_attention", overrides.get(f"{site}_attention", "softmax"))
         check_preset_hyperparameters(name, overrides)
         return cls(**{**PRESETS[name].overrides, "preset": name, **overrides})
+
+
+def check_site_value(key: str, choice) -> None:
+    """One line for a site value that is neither a variant name nor a list of them (a dict, a number)."""
+    names = choice if isinstance(choice, (list, tuple)) else [choice]
+    if not all(isinstance(name, str) for name in names):
+        raise HfAttnConfigError(
+            f"{key}={choice!r} is not a variant name: give one of {sorted(ATTENTION_VARIANTS)} as a string, or a "
+            "list of them, one per layer"
+        )
+
+
+# the stock size fields a model cannot be built without: each at least this (the layers may be 0)
+SIZE_FIELDS = {"vocab_size": 1, "d_model": 1, "encoder_layers": 0, "decoder_layers": 0, "encoder_attention_heads": 1,
+               "decoder_attention_heads": 1, "encoder_ffn_dim": 1, "decoder_ffn_dim": 1, "max_position_embeddings": 1}
+
+
+def check_sizes(config) -> None:
+    """One line for a stock size field that cannot build a model (stock transformers fails at build or at the first
+    forward: ZeroDivisionError, a negative tensor dimension, an index error), and for heads that do not divide
+    d_model."""
+    for name, low in SIZE_FIELDS.items():
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value < low:
+            raise HfAttnConfigError(f"{name}={value}: the model needs an integer >= {low} here")
+    for side in ("encoder", "decoder"):
+        heads = getattr(config, f"{side}_attention_heads")
+        if isinstance(heads, int) and isinstance(config.d_model, int) and config.d_model % heads:
+            fits = [h for h in range(1, min(config.d_model, 16) + 1) if config.d_model % h == 0]
+            raise HfAttnConfigError(
+                f"{side}_attention_heads={heads} does not divide d_model={config.d_model} (each head gets d_model / "
+                f"heads dimensions); give a head count that divides it, e.g. {fits}"
+            )
 
 
 def site_variants(fields: dict) -> dict[str, set[str]]:

@@ -13,7 +13,7 @@ Every forward pass hands the layers one `ForwardState` (keyword ``hf_attn_state`
 `check_attn_implementation`: ``"eager"`` (what users and transformers' tests set to get attention weights) is
 accepted for every variant, ``"sdpa"`` where every site is softmax; whatever is accepted, every site keeps running
 hf-attn's own implementation, so the outputs never depend on the request. ``"eager"`` also keeps every module off the
-fused Triton kernels (``eager_attention``, see `fused.use_triton`), as does a forward pass that asks for attention
+fused Triton kernels (``eager_attention``, see `fused.dispatch`), as does a forward pass that asks for attention
 weights or details.
 """
 
@@ -192,7 +192,7 @@ class HfAttnModelMixin:
 
     def _apply_eager_request(self) -> None:
         """``eager_attention`` on every attention module: True when ``attn_implementation="eager"`` was requested
-        (the eager torch path, never the fused kernels), else False (`fused.use_triton` decides)."""
+        (the eager torch path, never the fused kernels), else False (`fused.dispatch` decides)."""
         set_eager_attention(self.attention_modules(), self.requested_attn_implementation == EAGER)
 
     @classmethod

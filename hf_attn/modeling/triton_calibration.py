@@ -57,12 +57,66 @@ if triton is not None:
         return tl.full((1, 1), 1.0, tl.float32)
 
     @triton.jit
+    def _query_tile(Q, QP, GA, GC, b, h, bh, rows, dims, T, D, sqb, sqh, sqt, spb, sph, spt, DT: tl.constexpr):
+        """(q, q', the gains G and H of Eq. 7-10, the row mask, the rows x dims mask) of query rows ``rows`` of head
+        (b, h), as every kernel reads them."""
+        rmask = rows < T
+        qd = rmask[:, None] & (dims < D)[None, :]
+        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + dims[None, :], mask=qd, other=0.0).to(DT)
+        qp = tl.load(QP + b * spb + h * sph + rows[:, None] * spt + dims[None, :], mask=qd, other=0.0).to(DT)
+        g_a = tl.load(GA + bh * T + rows, mask=rmask, other=0.0)
+        g_c = tl.load(GC + bh * T + rows, mask=rmask, other=0.0)
+        return q, qp, g_a, g_c, rmask, qd
+
+    @triton.jit
+    def _program(H, BLOCK: tl.constexpr, BD: tl.constexpr):
+        """(this program's block of query rows or keys, the head dims, bh, b, h): block ``tl.program_id(0)`` of
+        batch x head ``tl.program_id(1)`` (64-bit: tensors over 2^31 elements)."""
+        pid, bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+        return pid * BLOCK + tl.arange(0, BLOCK), tl.arange(0, BD), bh, bh // H, bh % H
+
+    @triton.jit
+    def _key_tile(K, V, KP, REAL, NREAL, b, h, cols, dims, S, D, skb, skh, sks, svb, svh, svs, skpb, skph, skps,
+                  DT: tl.constexpr):
+        """(k, v, k', real (1 on real source tokens), visible, mu0 = 1/J on real tokens (Eq. 3), the keys x dims
+        mask) of key columns ``cols`` of head (b, h), as every kernel reads them: the source side of the scores
+        (Eq. 1) and of the mask (Eq. 4) that the forward and both backward passes recompute."""
+        cmask = cols < S
+        kd = cmask[:, None] & (dims < D)[None, :]
+        k = tl.load(K + b * skb + h * skh + cols[:, None] * sks + dims[None, :], mask=kd, other=0.0).to(DT)
+        v = tl.load(V + b * svb + h * svh + cols[:, None] * svs + dims[None, :], mask=kd, other=0.0).to(DT)
+        kp = tl.load(KP + b * skpb + h * skph + cols[:, None] * skps + dims[None, :], mask=kd, other=0.0).to(DT)
+        real = tl.load(REAL + b * S + cols, mask=cmask, other=0.0)
+        n_real = tl.load(NREAL + b)
+        # a source with no real token: every key visible (no NaN; the row is discarded)
+        visible = cmask & ((real + (n_real == 0).to(tl.float32)) > 0)
+        return k, v, kp, real, visible, real / tl.maximum(n_real, 1.0), kd
+
+    @triton.jit
+    def _grad_rows(DO, LSE, DELTA, DPSQ, bh, rows, dims, T, D, rmask, qd, STATS: tl.constexpr, BM: tl.constexpr,
+                   DT: tl.constexpr):
+        """(dO, the softmax's log-sum-exp, Delta, the penalty's row gradient: zeros without STATS) of query rows
+        ``rows``, as both backward kernels read them."""
+        do = tl.load(DO + bh * T * D + rows[:, None] * D + dims[None, :], mask=qd, other=0.0).to(DT)
+        lse = tl.load(LSE + bh * T + rows, mask=rmask, other=0.0)
+        delta = tl.load(DELTA + bh * T + rows, mask=rmask, other=0.0)
+        dpsq = tl.zeros((BM,), tl.float32)
+        if STATS:
+            dpsq = tl.load(DPSQ + bh * T + rows, mask=rmask, other=0.0)
+        return do, lse, delta, dpsq
+
+    @triton.jit
+    def _mask(qp, kp, real, scale):
+        """(sigmoid(q' k'^T / sqrt(dh)), m = the same, 0 on padding) of one block (Eq. 4)."""
+        sig = 1.0 / (1.0 + tl.exp(-tl.dot(qp, tl.trans(kp)) * scale))
+        return sig, sig * real[None, :]
+
+    @triton.jit
     def _weights(q, k, qp, kp, lse, real, visible, u, gain_a, gain_c, scale, PERTURBED: tl.constexpr):
         """(a, m, sigmoid(t), A, B, e^(1-m)) of one block: w = a A + B (Eq. 1, 3, 4, 7-10)."""
         s = tl.dot(q, tl.trans(k)) * scale
         a = tl.where(visible[None, :], tl.exp(s - lse[:, None]), 0.0)
-        sig = 1.0 / (1.0 + tl.exp(-tl.dot(qp, tl.trans(kp)) * scale))
-        m = sig * real[None, :]
+        sig, m = _mask(qp, kp, real, scale)
         e = tl.exp(1.0 - m)
         if PERTURBED:
             return a, m, sig, m, (1.0 - m) * u[None, :], e
@@ -74,17 +128,9 @@ if triton is not None:
                     H, T, S, D, scale, seed, p,
                     PERTURBED: tl.constexpr, STATS: tl.constexpr, DROPOUT: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DT: tl.constexpr):
-        pid_m, bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-        b, h = bh // H, bh % H
-        rows = pid_m * BM + tl.arange(0, BM)
-        dims = tl.arange(0, BD)
-        rmask, dmask = rows < T, dims < D
-        qd = rmask[:, None] & dmask[None, :]
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + dims[None, :], mask=qd, other=0.0).to(DT)
-        qp = tl.load(QP + b * spb + h * sph + rows[:, None] * spt + dims[None, :], mask=qd, other=0.0).to(DT)
-        n_real = tl.load(NREAL + b)
-        g_a = tl.load(GA + bh * T + rows, mask=rmask, other=0.0)
-        g_c = tl.load(GC + bh * T + rows, mask=rmask, other=0.0)
+        rows, dims, bh, b, h = _program(H, BM, BD)
+        q, qp, g_a, g_c, rmask, qd = _query_tile(Q, QP, GA, GC, b, h, bh, rows, dims, T, D, sqb, sqh, sqt, spb, sph,
+                                                 spt, DT)
         m_i = tl.full((BM,), float("-inf"), tl.float32)
         l_i = tl.zeros((BM,), tl.float32)
         acc = tl.zeros((BM, BD), tl.float32)  # the a-part (online softmax, rescaled)
@@ -93,25 +139,17 @@ if triton is not None:
         msum = tl.zeros((BM,), tl.float32)
         for start in range(0, S, BN):
             cols = start + tl.arange(0, BN).to(tl.int64)
-            cmask = cols < S
-            kd = cmask[:, None] & dmask[None, :]
-            k = tl.load(K + b * skb + h * skh + cols[:, None] * sks + dims[None, :], mask=kd, other=0.0).to(DT)
-            v = tl.load(V + b * svb + h * svh + cols[:, None] * svs + dims[None, :], mask=kd, other=0.0).to(DT)
-            kp = tl.load(KP + b * skpb + h * skph + cols[:, None] * skps + dims[None, :], mask=kd, other=0.0).to(DT)
-            real = tl.load(REAL + b * S + cols, mask=cmask, other=0.0)
-            # a source with no real token: every key visible (no NaN; the row is discarded)
-            visible = cmask & ((real + (n_real == 0).to(tl.float32)) > 0)
+            k, v, kp, real, visible, u, _ = _key_tile(K, V, KP, REAL, NREAL, b, h, cols, dims, S, D, skb, skh, sks,
+                                                      svb, svh, svs, skpb, skph, skps, DT)
             s = tl.where(visible[None, :], tl.dot(q, tl.trans(k)) * scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             rescale = tl.exp(m_i - m_new)
             pexp = tl.exp(s - m_new[:, None])
             l_i = l_i * rescale + tl.sum(pexp, 1)
-            sig = 1.0 / (1.0 + tl.exp(-tl.dot(qp, tl.trans(kp)) * scale))
-            m = sig * real[None, :]  # Eq. 4, 0 on padding
+            _, m = _mask(qp, kp, real, scale)  # Eq. 4, 0 on padding
             keep = _keep(seed, bh * T + rows, cols, S, p, DROPOUT)
             if PERTURBED:  # Eq. 3: m a + (1 - m) mu0
                 num = pexp * m * keep
-                u = real / tl.maximum(n_real, 1.0)
                 acc_u += tl.dot(((1.0 - m) * u[None, :] * keep).to(v.dtype), v)
             else:  # Eq. 7-10: a (G + H exp(1 - m))
                 num = pexp * (g_a[:, None] + g_c[:, None] * tl.exp(1.0 - m)) * keep
@@ -146,115 +184,71 @@ if triton is not None:
         return ds, dm * slope, dt_phi
 
     @triton.jit
-    def _bwd_dq_kernel(Q, K, V, QP, KP, REAL, NREAL, GA, GC, DO, LSE, DELTA, DPSQ, DQ, DQP, DQPP, DGA, DGC,
-                       sqb, sqh, sqt, skb, skh, sks, svb, svh, svs, spb, sph, spt, skpb, skph, skps,
-                       H, T, S, D, scale, seed, p,
-                       PERTURBED: tl.constexpr, STATS: tl.constexpr, DROPOUT: tl.constexpr,
-                       BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DT: tl.constexpr):
-        pid_m, bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-        b, h = bh // H, bh % H
-        rows = pid_m * BM + tl.arange(0, BM)
-        dims = tl.arange(0, BD)
-        rmask, dmask = rows < T, dims < D
-        qd = rmask[:, None] & dmask[None, :]
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + dims[None, :], mask=qd, other=0.0).to(DT)
-        qp = tl.load(QP + b * spb + h * sph + rows[:, None] * spt + dims[None, :], mask=qd, other=0.0).to(DT)
-        do = tl.load(DO + bh * T * D + rows[:, None] * D + dims[None, :], mask=qd, other=0.0).to(DT)
-        lse = tl.load(LSE + bh * T + rows, mask=rmask, other=0.0)
-        delta = tl.load(DELTA + bh * T + rows, mask=rmask, other=0.0)
-        g_a = tl.load(GA + bh * T + rows, mask=rmask, other=0.0)
-        g_c = tl.load(GC + bh * T + rows, mask=rmask, other=0.0)
-        dpsq = tl.zeros((BM,), tl.float32)
-        if STATS:
-            dpsq = tl.load(DPSQ + bh * T + rows, mask=rmask, other=0.0)
-        n_real = tl.load(NREAL + b)
-        dq = tl.zeros((BM, BD), tl.float32)
-        dqp = tl.zeros((BM, BD), tl.float32)
-        dqpp = tl.zeros((BM, BD), tl.float32)
-        dga = tl.zeros((BM,), tl.float32)
-        dgc = tl.zeros((BM,), tl.float32)
-        for start in range(0, S, BN):
-            cols = start + tl.arange(0, BN).to(tl.int64)
-            cmask = cols < S
-            kd = cmask[:, None] & dmask[None, :]
-            k = tl.load(K + b * skb + h * skh + cols[:, None] * sks + dims[None, :], mask=kd, other=0.0).to(DT)
-            v = tl.load(V + b * svb + h * svh + cols[:, None] * svs + dims[None, :], mask=kd, other=0.0).to(DT)
-            kp = tl.load(KP + b * skpb + h * skph + cols[:, None] * skps + dims[None, :], mask=kd, other=0.0).to(DT)
-            real = tl.load(REAL + b * S + cols, mask=cmask, other=0.0)
-            visible = cmask & ((real + (n_real == 0).to(tl.float32)) > 0)
-            u = real / tl.maximum(n_real, 1.0)
-            a, m, sig, A, _, e = _weights(q, k, qp, kp, lse, real, visible, u, g_a, g_c, scale, PERTURBED)
-            dw = tl.dot(do, tl.trans(v)) * _keep(seed, bh * T + rows, cols, S, p, DROPOUT)
-            ds, dt, dt_phi = _grad_block(a, m, sig, e, A, dw, delta, real, u, g_c, dpsq, PERTURBED, STATS)
-            if not PERTURBED:  # the gains' gradients (the gate's, Eq. 10)
-                dga += tl.sum(a * dw, 1)
-                dgc += tl.sum(a * e * dw, 1)
-            dq += tl.dot(ds.to(k.dtype), k)
-            dqp += tl.dot(dt.to(kp.dtype), kp)
+    def _bwd_kernel(Q, K, V, QP, KP, REAL, NREAL, GA, GC, DO, LSE, DELTA, DPSQ, DQ, DQP, DQPP, DGA, DGC, DK, DV, DKP,
+                    DKPP, sqb, sqh, sqt, skb, skh, sks, svb, svh, svs, spb, sph, spt, skpb, skph, skps,
+                    H, T, S, D, scale, seed, p, KEYS: tl.constexpr,
+                    PERTURBED: tl.constexpr, STATS: tl.constexpr, DROPOUT: tl.constexpr,
+                    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DT: tl.constexpr):
+        """KEYS: dk, dv, dk' (and dk'_phi) of one key block over every query block; else dq, dq' (and dq'_phi) and
+        the gains' gradients of one query block over every key block. a, m and the dropout mask are recomputed
+        block by block (`_weights`, `_keep`); ds, dt, dt_phi as `_grad_block` gives them."""
+        if KEYS:
+            cols, dims, bh, b, h = _program(H, BN, BD)
+            k, v, kp, real, visible, u, kd = _key_tile(K, V, KP, REAL, NREAL, b, h, cols, dims, S, D, skb, skh, sks,
+                                                       svb, svh, svs, skpb, skph, skps, DT)
+            dk, dv = tl.zeros((BN, BD), tl.float32), tl.zeros((BN, BD), tl.float32)
+            dkp, dkpp = tl.zeros((BN, BD), tl.float32), tl.zeros((BN, BD), tl.float32)
+            for start in range(0, T, BM):
+                rows = start + tl.arange(0, BM).to(tl.int64)
+                q, qp, g_a, g_c, rmask, qd = _query_tile(Q, QP, GA, GC, b, h, bh, rows, dims, T, D, sqb, sqh, sqt,
+                                                         spb, sph, spt, DT)
+                do, lse, delta, dpsq = _grad_rows(DO, LSE, DELTA, DPSQ, bh, rows, dims, T, D, rmask, qd, STATS, BM, DT)
+                a, m, sig, A, Bu, e = _weights(q, k, qp, kp, lse, real, visible, u, g_a, g_c, scale, PERTURBED)
+                a = tl.where(rmask[:, None], a, 0.0)
+                keep = _keep(seed, bh * T + rows, cols, S, p, DROPOUT)
+                dv += tl.dot(tl.trans((a * A + Bu) * keep).to(do.dtype), do)
+                dw = tl.dot(do, tl.trans(v)) * keep
+                ds, dt, dt_phi = _grad_block(a, m, sig, e, A, dw, delta, real, u, g_c, dpsq, PERTURBED, STATS)
+                dk += tl.dot(tl.trans(ds).to(q.dtype), q)
+                dkp += tl.dot(tl.trans(dt).to(qp.dtype), qp)
+                if STATS:
+                    dkpp += tl.dot(tl.trans(dt_phi).to(qp.dtype), qp)
+            at = bh * S * D + cols[:, None] * D + dims[None, :]
+            tl.store(DK + at, dk * scale, mask=kd)
+            tl.store(DV + at, dv, mask=kd)
+            tl.store(DKP + at, dkp * scale, mask=kd)
             if STATS:
-                dqpp += tl.dot(dt_phi.to(kp.dtype), kp)
-        at = bh * T * D + rows[:, None] * D + dims[None, :]
-        tl.store(DQ + at, dq * scale, mask=qd)
-        tl.store(DQP + at, dqp * scale, mask=qd)
-        if STATS:
-            tl.store(DQPP + at, dqpp * scale, mask=qd)
-        if not PERTURBED:
-            tl.store(DGA + bh * T + rows, dga, mask=rmask)
-            tl.store(DGC + bh * T + rows, dgc, mask=rmask)
-
-    @triton.jit
-    def _bwd_dk_kernel(Q, K, V, QP, KP, REAL, NREAL, GA, GC, DO, LSE, DELTA, DPSQ, DK, DV, DKP, DKPP,
-                       sqb, sqh, sqt, skb, skh, sks, svb, svh, svs, spb, sph, spt, skpb, skph, skps,
-                       H, T, S, D, scale, seed, p,
-                       PERTURBED: tl.constexpr, STATS: tl.constexpr, DROPOUT: tl.constexpr,
-                       BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DT: tl.constexpr):
-        pid_n, bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-        b, h = bh // H, bh % H
-        cols = pid_n * BN + tl.arange(0, BN)
-        dims = tl.arange(0, BD)
-        cmask, dmask = cols < S, dims < D
-        kd = cmask[:, None] & dmask[None, :]
-        k = tl.load(K + b * skb + h * skh + cols[:, None] * sks + dims[None, :], mask=kd, other=0.0).to(DT)
-        v = tl.load(V + b * svb + h * svh + cols[:, None] * svs + dims[None, :], mask=kd, other=0.0).to(DT)
-        kp = tl.load(KP + b * skpb + h * skph + cols[:, None] * skps + dims[None, :], mask=kd, other=0.0).to(DT)
-        real = tl.load(REAL + b * S + cols, mask=cmask, other=0.0)
-        n_real = tl.load(NREAL + b)
-        visible = cmask & ((real + (n_real == 0).to(tl.float32)) > 0)
-        u = real / tl.maximum(n_real, 1.0)
-        dk = tl.zeros((BN, BD), tl.float32)
-        dv = tl.zeros((BN, BD), tl.float32)
-        dkp = tl.zeros((BN, BD), tl.float32)
-        dkpp = tl.zeros((BN, BD), tl.float32)
-        for start in range(0, T, BM):
-            rows = start + tl.arange(0, BM).to(tl.int64)
-            rmask = rows < T
-            qd = rmask[:, None] & dmask[None, :]
-            q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + dims[None, :], mask=qd, other=0.0).to(DT)
-            qp = tl.load(QP + b * spb + h * sph + rows[:, None] * spt + dims[None, :], mask=qd, other=0.0).to(DT)
-            do = tl.load(DO + bh * T * D + rows[:, None] * D + dims[None, :], mask=qd, other=0.0).to(DT)
-            lse = tl.load(LSE + bh * T + rows, mask=rmask, other=0.0)
-            delta = tl.load(DELTA + bh * T + rows, mask=rmask, other=0.0)
-            g_a = tl.load(GA + bh * T + rows, mask=rmask, other=0.0)
-            g_c = tl.load(GC + bh * T + rows, mask=rmask, other=0.0)
-            dpsq = tl.zeros((BM,), tl.float32)
+                tl.store(DKPP + at, dkpp * scale, mask=kd)
+        else:
+            rows, dims, bh, b, h = _program(H, BM, BD)
+            q, qp, g_a, g_c, rmask, qd = _query_tile(Q, QP, GA, GC, b, h, bh, rows, dims, T, D, sqb, sqh, sqt, spb,
+                                                     sph, spt, DT)
+            do, lse, delta, dpsq = _grad_rows(DO, LSE, DELTA, DPSQ, bh, rows, dims, T, D, rmask, qd, STATS, BM, DT)
+            dq, dqp = tl.zeros((BM, BD), tl.float32), tl.zeros((BM, BD), tl.float32)
+            dqpp = tl.zeros((BM, BD), tl.float32)
+            dga, dgc = tl.zeros((BM,), tl.float32), tl.zeros((BM,), tl.float32)
+            for start in range(0, S, BN):
+                cols = start + tl.arange(0, BN).to(tl.int64)
+                k, v, kp, real, visible, u, _ = _key_tile(K, V, KP, REAL, NREAL, b, h, cols, dims, S, D, skb, skh,
+                                                          sks, svb, svh, svs, skpb, skph, skps, DT)
+                a, m, sig, A, _, e = _weights(q, k, qp, kp, lse, real, visible, u, g_a, g_c, scale, PERTURBED)
+                dw = tl.dot(do, tl.trans(v)) * _keep(seed, bh * T + rows, cols, S, p, DROPOUT)
+                ds, dt, dt_phi = _grad_block(a, m, sig, e, A, dw, delta, real, u, g_c, dpsq, PERTURBED, STATS)
+                if not PERTURBED:  # the gains' gradients (the gate's, Eq. 10)
+                    dga += tl.sum(a * dw, 1)
+                    dgc += tl.sum(a * e * dw, 1)
+                dq += tl.dot(ds.to(k.dtype), k)
+                dqp += tl.dot(dt.to(kp.dtype), kp)
+                if STATS:
+                    dqpp += tl.dot(dt_phi.to(kp.dtype), kp)
+            at = bh * T * D + rows[:, None] * D + dims[None, :]
+            tl.store(DQ + at, dq * scale, mask=qd)
+            tl.store(DQP + at, dqp * scale, mask=qd)
             if STATS:
-                dpsq = tl.load(DPSQ + bh * T + rows, mask=rmask, other=0.0)
-            a, m, sig, A, Bu, e = _weights(q, k, qp, kp, lse, real, visible, u, g_a, g_c, scale, PERTURBED)
-            a = tl.where(rmask[:, None], a, 0.0)
-            keep = _keep(seed, bh * T + rows, cols, S, p, DROPOUT)
-            dv += tl.dot(tl.trans((a * A + Bu) * keep).to(do.dtype), do)
-            dw = tl.dot(do, tl.trans(v)) * keep
-            ds, dt, dt_phi = _grad_block(a, m, sig, e, A, dw, delta, real, u, g_c, dpsq, PERTURBED, STATS)
-            dk += tl.dot(tl.trans(ds).to(q.dtype), q)
-            dkp += tl.dot(tl.trans(dt).to(qp.dtype), qp)
-            if STATS:
-                dkpp += tl.dot(tl.trans(dt_phi).to(qp.dtype), qp)
-        at = bh * S * D + cols[:, None] * D + dims[None, :]
-        tl.store(DK + at, dk * scale, mask=kd)
-        tl.store(DV + at, dv, mask=kd)
-        tl.store(DKP + at, dkp * scale, mask=kd)
-        if STATS:
-            tl.store(DKPP + at, dkpp * scale, mask=kd)
+                tl.store(DQPP + at, dqpp * scale, mask=qd)
+            if not PERTURBED:
+                tl.store(DGA + bh * T + rows, dga, mask=rmask)
+                tl.store(DGC + bh * T + rows, dgc, mask=rmask)
 
 
 def _strides(*tensors) -> list[int]:
@@ -314,8 +308,9 @@ class CalibratedAttentionFunction(torch.autograd.Function):
         common = (*_strides(q, k, v, qp, kp), heads, tgt, src, dh, dh**-0.5, seed, dropout)
         flags = dict(PERTURBED=perturbed, STATS=stats, DROPOUT=dropout > 0, BM=block, BN=block, BD=bd, DT=_dot_dtype(q))
         inputs = (q, k, v, qp, kp, real, n_real, gain_a, gain_c, do, lse, delta, dpsq)
-        _bwd_dq_kernel[(triton.cdiv(tgt, block), bsz * heads)](*inputs, dq, dqp, dqpp, dga, dgc, *common, **flags)
-        _bwd_dk_kernel[(triton.cdiv(src, block), bsz * heads)](*inputs, dk, dv, dkp, dkpp, *common, **flags)
+        outputs = (dq, dqp, dqpp, dga, dgc, dk, dv, dkp, dkpp)
+        for keys, n in ((False, tgt), (True, src)):  # dq (query blocks), then dk, dv (key blocks): one kernel each
+            _bwd_kernel[(triton.cdiv(n, block), bsz * heads)](*inputs, *outputs, *common, KEYS=keys, **flags)
         phi = (dqpp.to(qp.dtype), dkpp.to(kp.dtype)) if stats else (None, None)
         return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dqp.to(qp.dtype), dkp.to(kp.dtype), *phi,
                 None if perturbed else dga, None if perturbed else dgc, None, None, None, None, None)

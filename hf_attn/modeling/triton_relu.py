@@ -1,5 +1,5 @@
 """Fused Triton kernels (forward and backward) for the ReLU attention family: ReLA (Zhang et al. 2021, Eq. 3) and
-ReLUFormer (Shen et al. 2023, Eq. 5-7). Used on CUDA tensors whenever `fused.use_triton` says so.
+ReLUFormer (Shen et al. 2023, Eq. 5-7). Used on CUDA tensors whenever `fused.dispatch` says so.
 
 What: the contract of `attention_blockwise.blockwise_relu_attention` (q scaled by the caller, ReLUFormer's per-query
 factor 1 / (gamma sqrt(n_i / 2)) included, or by the kernel's ``scale``):
@@ -223,6 +223,44 @@ if triton is not None:
         return tl.dot(a, b, input_precision=PRECISION, out_dtype=tl.float32)
 
     @triton.jit
+    def _keys_end(S, start, offset, BLOCK: tl.constexpr, CAUSAL: tl.constexpr):
+        """The end of the keys queries ``start .. start + BLOCK`` may see: S, or causal, the last query + offset."""
+        hi = S
+        if CAUSAL:  # keys after the block's last query (+ offset) are hidden: their blocks are skipped
+            hi = tl.minimum(S, start + BLOCK + offset)
+        return hi
+
+    @triton.jit
+    def _key_tile(q, K, V, Pad, offs_m, start_n, offs_d, S, D, sks, skd, svs, svd, sps, offset, scale,
+                  CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+                  WIDEN: tl.constexpr):
+        """The key tile from ``start_n`` against the query rows ``offs_m`` (q loaded): (key indices, k, v, the scores
+        x = q k^T (times ``scale``), keep), the score recomputation the forward pass and the backward's dq pass
+        share; a = act(x) * keep (ReLA Eq. 3; ReLUFormer Eq. 5)."""
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_ok = (offs_n[:, None] < S) & (offs_d[None, :] < D)
+        k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
+        v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
+        x = _dot(q, tl.trans(k), PRECISION, WIDEN) * scale
+        keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, Pad, sps, CAUSAL, HAS_PAD)
+        return offs_n, k, v, x, keep
+
+    @triton.jit
+    def _query_rows(Q, DO, GTotal, GSLogS, offs_m, offs_d, T, D, sqt, sqd, sdot, sdod, STATS: tl.constexpr,
+                    BLOCK: tl.constexpr):
+        """(q, dO, the rows' gradients of sum_j a_ij and of sum_j a_ij log a_ij: zeros without STATS) of the query
+        rows ``offs_m``, as both backward passes read them."""
+        row_ok = (offs_m[:, None] < T) & (offs_d[None, :] < D)
+        q = tl.load(Q + offs_m[:, None] * sqt + offs_d[None, :] * sqd, mask=row_ok, other=0.0)
+        do = tl.load(DO + offs_m[:, None] * sdot + offs_d[None, :] * sdod, mask=row_ok, other=0.0)
+        g_total = tl.zeros((BLOCK,), dtype=tl.float32)
+        g_slogs = tl.zeros((BLOCK,), dtype=tl.float32)
+        if STATS:
+            g_total = tl.load(GTotal + offs_m, mask=offs_m < T, other=0.0)
+            g_slogs = tl.load(GSLogS + offs_m, mask=offs_m < T, other=0.0)
+        return q, do, g_total, g_slogs
+
+    @triton.jit
     def _fwd_kernel(Q, K, V, Out, RowSum, SLogS, Pad, Seed,
                     sqb, sqh, sqt, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sot, sod, spb, sps,
                     H, T, S, D, offset, scale, slope, p,
@@ -248,17 +286,10 @@ if triton is not None:
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
         s_log_s = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        hi = S
-        if CAUSAL:  # keys after the block's last query (+ offset) are hidden: skip those blocks
-            hi = tl.minimum(S, start_m + BLOCK_M + offset)
-        for start_n in range(0, hi, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            kv_mask = (offs_n[:, None] < S) & (offs_d[None, :] < D)
-            k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-            v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
-            x = _dot(q, tl.trans(k), PRECISION, WIDEN) * scale
-            keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, pad_ptr, sps, CAUSAL, HAS_PAD)
-            a = tl.where(keep, _act(x, ACT, slope), 0.0)
+        for start_n in range(0, _keys_end(S, start_m, offset, BLOCK_M, CAUSAL), BLOCK_N):
+            offs_n, k, v, x, keep = _key_tile(q, K, V, pad_ptr, offs_m, start_n, offs_d, S, D, sks, skd, svs, svd,
+                                              sps, offset, scale, CAUSAL, HAS_PAD, BLOCK_N, PRECISION, WIDEN)
+            a = tl.where(keep, _act(x, ACT, slope), 0.0)  # ReLA Eq. 3; ReLUFormer Eq. 5
             if STATS:
                 row_sum += tl.sum(a, 1)
                 s_log_s += tl.sum(a * tl.log(tl.maximum(a, 1e-30)), 1)
@@ -342,19 +373,13 @@ if triton is not None:
             lo = (tl.maximum(start - offset, 0) // BLOCK) * BLOCK
         for start_m in range(lo, T, BLOCK):
             offs_m = start_m + tl.arange(0, BLOCK)
-            row_ok = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-            q = tl.load(Q + offs_m[:, None] * sqt + offs_d[None, :] * sqd, mask=row_ok, other=0.0)
-            do = tl.load(DO + offs_m[:, None] * sdot + offs_d[None, :] * sdod, mask=row_ok, other=0.0)
-            g_total = 0.0
-            g_slogs = 0.0
-            if STATS:
-                g_total = tl.load(GTotal + offs_m, mask=offs_m < T, other=0.0)[None, :]
-                g_slogs = tl.load(GSLogS + offs_m, mask=offs_m < T, other=0.0)[None, :]
-            x_t = _dot(k, tl.trans(q), PRECISION, WIDEN) * scale
+            q, do, g_total, g_slogs = _query_rows(Q, DO, GTotal, GSLogS, offs_m, offs_d, T, D, sqt, sqd, sdot, sdod,
+                                                  STATS, BLOCK)
+            x_t = _dot(k, tl.trans(q), PRECISION, WIDEN) * scale  # the scores, keys x queries
             keep_t = _keep(offs_m[None, :], offs_n[:, None], S, offset, Pad, sps, CAUSAL, HAS_PAD)
             dov_t = _dot(v, tl.trans(do), PRECISION, WIDEN)
             used_t, dx_t = _grad_scores(x_t, keep_t, dov_t, offs_m[None, :], offs_n[:, None], bh, seed, p,
-                                        g_total, g_slogs, ACT, slope, DROPOUT, STATS)
+                                        g_total[None, :], g_slogs[None, :], ACT, slope, DROPOUT, STATS)
             dv += _dot(used_t.to(do.dtype), do, PRECISION, WIDEN)
             dk += _dot(dx_t.to(q.dtype), q, PRECISION, WIDEN)
         tl.store(DK + offs_n[:, None] * sdks + offs_d[None, :] * sdkd, (dk * scale).to(DK.dtype.element_ty),
@@ -371,27 +396,15 @@ if triton is not None:
         offs_d = tl.arange(0, BLOCK_D)
         offs_m = start + tl.arange(0, BLOCK)
         row_ok = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        q = tl.load(Q + offs_m[:, None] * sqt + offs_d[None, :] * sqd, mask=row_ok, other=0.0)
-        do = tl.load(DO + offs_m[:, None] * sdot + offs_d[None, :] * sdod, mask=row_ok, other=0.0)
-        g_total = 0.0
-        g_slogs = 0.0
-        if STATS:
-            g_total = tl.load(GTotal + offs_m, mask=offs_m < T, other=0.0)[:, None]
-            g_slogs = tl.load(GSLogS + offs_m, mask=offs_m < T, other=0.0)[:, None]
+        q, do, g_total, g_slogs = _query_rows(Q, DO, GTotal, GSLogS, offs_m, offs_d, T, D, sqt, sqd, sdot, sdod,
+                                              STATS, BLOCK)
         dq = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
-        hi = S
-        if CAUSAL:  # keys after the block's last query (+ offset) are hidden
-            hi = tl.minimum(S, start + BLOCK + offset)
-        for start_n in range(0, hi, BLOCK):
-            offs_n = start_n + tl.arange(0, BLOCK)
-            kv_ok = (offs_n[:, None] < S) & (offs_d[None, :] < D)
-            k = tl.load(K + offs_n[:, None] * sks + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
-            v = tl.load(V + offs_n[:, None] * svs + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
-            x = _dot(q, tl.trans(k), PRECISION, WIDEN) * scale
-            keep = _keep(offs_m[:, None], offs_n[None, :], S, offset, Pad, sps, CAUSAL, HAS_PAD)
+        for start_n in range(0, _keys_end(S, start, offset, BLOCK, CAUSAL), BLOCK):
+            offs_n, k, v, x, keep = _key_tile(q, K, V, Pad, offs_m, start_n, offs_d, S, D, sks, skd, svs, svd, sps,
+                                              offset, scale, CAUSAL, HAS_PAD, BLOCK, PRECISION, WIDEN)
             dov = _dot(do, tl.trans(v), PRECISION, WIDEN)
             _, dx = _grad_scores(x, keep, dov, offs_m[:, None], offs_n[None, :], bh, seed, p,
-                                 g_total, g_slogs, ACT, slope, DROPOUT, STATS)
+                                 g_total[:, None], g_slogs[:, None], ACT, slope, DROPOUT, STATS)
             dq += _dot(dx.to(k.dtype), k, PRECISION, WIDEN)
         tl.store(DQ + offs_m[:, None] * sdqt + offs_d[None, :] * sdqd, (dq * scale).to(DQ.dtype.element_ty),
                  mask=row_ok)

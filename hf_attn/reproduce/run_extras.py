@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -47,35 +46,22 @@ def _site(name: str) -> str | None:
 
 def attention_path(model, tokenizer, device: torch.device | None = None) -> dict:
     """Which path each attention site of ``model`` takes on ``device`` in training mode: one forward pass of a short
-    pair, with `fused.use_triton` (as every modeling module imported it) recording each module's answer. A site is
-    "fused" when all its layers ran a fused kernel, "eager" when none did, else "mixed"."""
+    pair, with every `fused.dispatch` decision recorded per module (`fused.record_paths`). A site is "fused" when
+    all its layers ran a fused Triton kernel, "sdpa" when all ran torch's SDPA (softmax; GMM's distributed product),
+    "eager" when all ran the eager path (a module that made no decision: no fused path), else "mixed"."""
     device = device or run_device()
-    answers: dict[int, bool] = {}
-    original = fused.use_triton
-
-    def recording(module, tensor, need_weights: bool = False, supported: bool = True) -> bool:
-        used = original(module, tensor, need_weights, supported)
-        answers[id(module)] = answers.get(id(module), False) or used
-        return used
-
-    patched = [m for name, m in list(sys.modules.items())
-               if name.startswith("hf_attn.modeling") and getattr(m, "use_triton", None) is original]
     model = model.to(device).train()
     enc = tokenizer(["Im Anfang war das Wort."], text_target=["In the beginning was the Word."], return_tensors="pt")
-    try:
-        for m in patched:
-            m.use_triton = recording
-        with torch.no_grad():
-            model(**{k: v.to(device) for k, v in enc.items()})
-    finally:
-        for m in patched:
-            m.use_triton = original
-    sites: dict[str, list[bool]] = {}
+    with fused.record_paths() as trace, torch.no_grad():
+        model(**{k: v.to(device) for k, v in enc.items()})
+    names = {fused.TRITON: "fused", fused.SDPA: "sdpa", fused.EAGER: "eager"}
+    sites: dict[str, set[str]] = {}
     for name, module in model.named_modules():
         site = _site(name)
         if site:
-            sites.setdefault(site, []).append(any(answers.get(id(sub), False) for sub in module.modules()))
-    path = {s: "fused" if all(v) else "eager" if not any(v) else "mixed" for s, v in sites.items()}
+            taken = set().union(*(trace.by_module.get(id(sub), set()) for sub in module.modules()))
+            sites.setdefault(site, set()).add(names[taken.pop()] if len(taken) == 1 else "mixed" if taken else "eager")
+    path = {s: paths.pop() if len(paths) == 1 else "mixed" for s, paths in sites.items()}
     return {"device": device_kind(), "kernels": fused.kernel_mode(model.config),
             "triton": getattr(fused.triton, "__version__", None), "sites": path}
 

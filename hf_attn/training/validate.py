@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import accelerate
 
@@ -88,6 +89,12 @@ MODEL_FLAGS: list[Flag] = [
     Flag("d_model", int, low=2),
 ]
 
+# the training flags whose value is a dict of keyword arguments, given as a JSON object (transformers parses it), with
+# an example each (the scheduler's: the default inverse_sqrt schedule's timescale)
+KWARGS_FLAGS = {"lr_scheduler_kwargs": '{"timescale": 4000}',
+                "activation_checkpointing_kwargs": '{"use_reentrant": false}',
+                "gradient_checkpointing_kwargs": '{"use_reentrant": false}'}
+
 # `hf-attn translate` / `evaluate`
 DECODE_FLAGS: list[Flag] = [
     Flag("batch_size", int, low=1),
@@ -120,6 +127,17 @@ def check_train_flags(hargs, targs) -> None:
         raise HfAttnInputError("--push_to_hub needs --hub_model_id user/name (the repo to create or update)")
     check_fsdp_device(targs)
     check_dispatch_batches(targs)
+    check_kwargs_flags(targs)
+
+
+def check_kwargs_flags(targs) -> None:
+    """A keyword-arguments flag given something that is not a JSON object (transformers keeps any other text as a
+    string, and the run failed at its first use, e.g. the scheduler's ``**kwargs``): one line."""
+    for name, example in KWARGS_FLAGS.items():
+        value = getattr(targs, name, None)
+        if value is not None and not isinstance(value, dict):
+            raise HfAttnInputError(f"--{name} {value} is not a JSON object: give the keyword arguments as one, in "
+                                   f"single quotes, e.g. --{name} '{example}'")
 
 
 def check_dispatch_batches(targs) -> None:
@@ -156,13 +174,14 @@ def check_model_flags(hargs, overrides: dict, resume: bool) -> None:
             probability(k).check(v)
     if resume or hargs.init_from:
         return
-    cfg = get_base(hargs.base).config_class.from_preset(hargs.preset, **{**MODEL_DEFAULTS, **overrides})
+    fields = {**MODEL_DEFAULTS, **overrides}  # the sizes in the flags' words first, then the config's own rules
+    check_flags(MODEL_FLAGS, SimpleNamespace(**{f.name: fields.get(f.name) for f in MODEL_FLAGS}))
     for side in ("encoder", "decoder"):
-        heads = getattr(cfg, f"{side}_attention_heads")
-        if not isinstance(heads, int) or heads < 1 or cfg.d_model % heads:
-            raise HfAttnInputError(f"--{side}_attention_heads {heads} does not divide --d_model {cfg.d_model}; give a "
-                                   f"head count that divides it (e.g. {_divisors(cfg.d_model)})")
-    check_flags(MODEL_FLAGS, cfg)
+        heads, d_model = fields[f"{side}_attention_heads"], fields["d_model"]
+        if not isinstance(heads, int) or heads < 1 or d_model % heads:
+            raise HfAttnInputError(f"--{side}_attention_heads {heads} does not divide --d_model {d_model}; give a "
+                                   f"head count that divides it (e.g. {_divisors(d_model)})")
+    get_base(hargs.base).config_class.from_preset(hargs.preset, **fields)
 
 
 def _divisors(n: int) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_script
+from conftest import kept_threads, load_script, run_script
 
 from hf_attn.bench.render import BENCHMARK_MARKERS
 from hf_attn.bench.results import BenchSettings
@@ -23,19 +23,8 @@ TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vo
 
 @pytest.fixture(scope="module")
 def bench():
-    module = load_script("benchmark")
-    threads = torch.get_num_threads()
-    yield module
-    torch.set_num_threads(threads)
-
-
-def run_main(bench, argv):
-    """bench.main in this process (no import per run); it sets the thread count, restored afterwards."""
-    threads = torch.get_num_threads()
-    try:
-        return bench.main(argv)
-    finally:
-        torch.set_num_threads(threads)
+    with kept_threads():
+        yield load_script("benchmark")
 
 
 SENTENCE = [*TINY, "--batch", "4", "--src-len", "6", "--tgt-len", "5", "--decode-batch", "2", "--decode-src-len", "5",
@@ -47,14 +36,14 @@ LONG = ["--presets", "softmax", "--long", "8,24", "--long-batch", "1", *TINY]
 def sentence_json(bench, tmp_path_factory):
     """Marian, one hf-attn preset beside softmax, peak memory in fresh subprocesses."""
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    run_main(bench, ["--presets", "rela-g,ran-d", *SENTENCE, "--output", str(out)])
+    run_script(bench, ["--presets", "rela-g,ran-d", *SENTENCE, "--output", str(out)])
     return out
 
 
 @pytest.fixture(scope="module")
 def long_json(bench, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "long.json"
-    run_main(bench, [*LONG, "--no-memory", "--output", str(out)])
+    run_script(bench, [*LONG, "--no-memory", "--output", str(out)])
     return out
 
 
@@ -85,7 +74,7 @@ def test_sentence_level_both_reference_columns(sentence_json):
 
 def test_bart_base(bench, tmp_path):
     out = tmp_path / "bart.json"
-    run_main(bench, ["--base", "bart", "--presets", "ran-d", *SENTENCE, "--no-memory", "--output", str(out)])
+    run_script(bench, ["--base", "bart", "--presets", "ran-d", *SENTENCE, "--no-memory", "--output", str(out)])
     result = json.loads(out.read_text())
     assert result["settings"]["base"] == "bart"
     assert [r["preset"] for r in result["rows"]] == ["stock-sdpa", "softmax", "ran-d"]
@@ -110,7 +99,7 @@ def test_docs_block_is_replaced_exactly(bench, sentence_json, long_json, tmp_pat
     page = tmp_path / "speed.md"
     before, after = "# Title\n\n## Speed\n\nintro\n\n", "\n\n## Next\n\ntext <!-- not a marker -->\n"
     page.write_text(before + START + "\nold hand-typed table 0.93x\n" + END + after)
-    run_main(bench, ["--docs", str(page), "--from", str(sentence_json), str(long_json)])
+    run_script(bench, ["--docs", str(page), "--from", str(sentence_json), str(long_json)])
     text = page.read_text()
     assert text.startswith(before + START + "\n") and text.endswith(END + after)
     block = text[len(before) + len(START): -len(END + after)]
@@ -118,7 +107,7 @@ def test_docs_block_is_replaced_exactly(bench, sentence_json, long_json, tmp_pat
     assert "| rela-g |" in block and "train vs stock SDPA" in block and "train vs hf-attn softmax" in block
     assert "| 24 | softmax |" in block
     # run again: the same block (idempotent, nothing outside it moves)
-    run_main(bench, ["--docs", str(page), "--from", str(sentence_json), str(long_json)])
+    run_script(bench, ["--docs", str(page), "--from", str(sentence_json), str(long_json)])
     assert page.read_text() == text
 
 
@@ -127,10 +116,10 @@ def test_docs_page_without_markers_is_one_clear_error(bench, sentence_json, tmp_
     page = tmp_path / "speed.md"
     page.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="no block between <!-- benchmark:start -->"):
-        run_main(bench, ["--docs", str(page), "--from", str(sentence_json)])
+        run_script(bench, ["--docs", str(page), "--from", str(sentence_json)])
     assert page.read_text() == "# no markers\n"
     with pytest.raises(SystemExit, match="is not a benchmark result"):
-        run_main(bench, ["--docs", str(page), "--from", str(page)])
+        run_script(bench, ["--docs", str(page), "--from", str(page)])
 
 
 @pytest.mark.slow
@@ -158,7 +147,7 @@ def test_rejects_bad_lengths(bench, capsys):
 def test_profile_tables_say_where_the_time_goes(bench, tmp_path):
     """--profile: profiled calls per model; the table names each preset's extra operators against stock."""
     out = tmp_path / "profile.json"
-    run_main(bench, ["--presets", "rela-g", *SENTENCE, "--no-memory", "--profile", "--output", str(out)])
+    run_script(bench, ["--presets", "rela-g", *SENTENCE, "--no-memory", "--profile", "--output", str(out)])
     rows = {r["preset"]: r for r in json.loads(out.read_text())["rows"]}
     for r in rows.values():
         for kind in ("train", "decode"):
@@ -172,7 +161,7 @@ def test_profile_tables_say_where_the_time_goes(bench, tmp_path):
     assert "Where the time goes" in table and "| rela-g | train |" in table and "| softmax | decode |" in table
 
     long_out = tmp_path / "long_profile.json"
-    run_main(bench, [*LONG, "--no-memory", "--profile", "--output", str(long_out)])
+    run_script(bench, [*LONG, "--no-memory", "--profile", "--output", str(long_out)])
     assert "| softmax (L=24) | fwd_bwd |" in long_out.with_suffix(".md").read_text()
 
 
@@ -180,11 +169,7 @@ def test_gmm_budget_gives_shares_of_stock_time(tmp_path):
     """scripts/gmm_budget.py: GMM's parts timed against stock in the same rounds, per training step and decode."""
     budget = load_script("gmm_budget")
     out = tmp_path / "budget.json"
-    threads = torch.get_num_threads()
-    try:
-        result = budget.main(["--rounds", "2", "--output", str(out), *SENTENCE])
-    finally:
-        torch.set_num_threads(threads)
+    result = run_script(budget, ["--rounds", "2", "--output", str(out), *SENTENCE])
     layers, new_tokens = 1, 3
     for kind, calls in (("train", layers), ("decode", layers * new_tokens)):
         shares = result[kind]["shares"]
@@ -223,7 +208,7 @@ def test_compile_times_compiled_against_compiled(bench, tmp_path):
     counters.clear()
     out = tmp_path / "compiled.json"
     try:
-        run_main(bench, ["--presets", "softmax", *SENTENCE, "--compile", "eager", "--output", str(out)])
+        run_script(bench, ["--presets", "softmax", *SENTENCE, "--compile", "eager", "--output", str(out)])
         # the hf-attn models share one class, hence dynamo's per-function graph cache: its limit grows with them
         assert config.recompile_limit >= 16 * 2
     finally:

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import load_script
+from conftest import kept_threads, load_script, run_script
 
 from hf_attn.bench import compile_check
 from hf_attn.bench.render import COMPILE_CHECKS, COMPILE_MARKERS, compile_reasons
@@ -32,23 +32,18 @@ MODELS = {
 
 @pytest.fixture(scope="module")
 def check():
-    module = load_script("check_compile")
-    threads = torch.get_num_threads()
-    yield module
-    torch.set_num_threads(threads)
+    with kept_threads():
+        yield load_script("check_compile")
     torch._dynamo.reset()
 
 
 @pytest.fixture(scope="module")
 def results(check, tmp_path_factory):
     """{model: the JSON file scripts/check_compile.py wrote for it}."""
-    out, threads = {}, torch.get_num_threads()
-    try:
-        for name, argv in MODELS.items():
-            out[name] = tmp_path_factory.mktemp("compile") / f"{name}.json"
-            check.main([*argv, *TINY, *BACKEND, "--output", str(out[name])])
-    finally:
-        torch.set_num_threads(threads)
+    out = {}
+    for name, argv in MODELS.items():
+        out[name] = tmp_path_factory.mktemp("compile") / f"{name}.json"
+        run_script(check, [*argv, *TINY, *BACKEND, "--output", str(out[name])])
     return out
 
 

@@ -66,6 +66,16 @@ def no_work(monkeypatch):
     (["--generation_max_new_tokens", "0"], r"--generation_max_new_tokens 0 must be an integer >= 1"),
     (["--minutes", "-1"], r"--minutes -1.0 must be a finite number >= 0"),
     (["--push_to_hub", "true"], r"--push_to_hub needs --hub_model_id user/name"),
+    # a dict-valued flag given something that is not a JSON object (issue 53, item 6: it was a TypeError traceback
+    # from the scheduler's **kwargs, or json's error naming neither the flag nor the value)
+    (["--lr_scheduler_kwargs", "ü∂ƒ"], r"^hf-attn: error: --lr_scheduler_kwargs ü∂ƒ is not a JSON object: give the "
+                                       r"keyword arguments as one, in single quotes, e.g. --lr_scheduler_kwargs "
+                                       r"'\{\"timescale\": 4000\}'$"),
+    (["--lr_scheduler_kwargs", "[1, 2]"], r"--lr_scheduler_kwargs \[1, 2\] is not a JSON object: give"),
+    (["--activation_checkpointing_kwargs", "7"], r"--activation_checkpointing_kwargs 7 is not a JSON object: give"),
+    (["--lr_scheduler_kwargs", '{"timescale": 4'], r"^hf-attn: error: --lr_scheduler_kwargs \{\"timescale\": 4 is not "
+                                                   r"a JSON object \(Expecting ',' delimiter at character 15\); give"),
+    (["--fsdp_config", "{fsdp"], r"--fsdp_config \{fsdp is not a JSON object \(Expecting property name"),
     (["--cache_dir", "{file}/cache"], r"--cache_dir .* is not a writable directory"),
 ])
 def test_bad_flags_fail_before_any_work(tmp_path, capsys, no_work, flags, message):

@@ -1,4 +1,4 @@
-"""When attention runs on the fused Triton kernels (`hf_attn.modeling.fused.use_triton`): the predicate's truth table
+"""Where attention runs (`hf_attn.modeling.fused.dispatch`: SDPA, a fused Triton kernel or eager): its truth table
 (mode auto / triton / eager x CPU / CUDA tensor x weights asked for x attn_implementation="eager" x Triton's
 interpreter on / off x triton installed or not), the config field, the environment override, the one-line errors
 where "triton" cannot run, and the model's ``eager_attention`` flag (the "eager" request, and forward passes that
@@ -22,6 +22,11 @@ class FakeTensor:
     def __init__(self, cuda: bool):
         self.is_cuda = cuda
         self.device = torch.device("cuda:0" if cuda else "cpu")
+
+
+def use_triton(module, tensor, need_weights: bool = False, supported: bool = True) -> bool:
+    """`fused.dispatch` for a Triton kernel: True when the call takes it."""
+    return fused.dispatch(module, tensor, fused.TRITON, need_weights, supported) == fused.TRITON
 
 
 def module(mode: str, eager_request: bool = False):
@@ -50,7 +55,7 @@ def test_triton_predicate_truth_table(monkeypatch, mode, cuda, need_weights, eag
     monkeypatch.setenv("TRITON_INTERPRET", "1" if interpret else "0")
     monkeypatch.setattr(fused, "triton", object() if installed else None)
     want = expected(mode, cuda, need_weights, eager_request, interpret, installed)
-    call = lambda: fused.use_triton(module(mode, eager_request), FakeTensor(cuda), need_weights)  # noqa: E731
+    call = lambda: use_triton(module(mode, eager_request), FakeTensor(cuda), need_weights)  # noqa: E731
     if want == "error":
         with pytest.raises(HfAttnConfigError, match="attention_kernels='triton'") as err:
             call()
@@ -63,38 +68,38 @@ def test_triton_mode_errors_say_what_is_missing(monkeypatch):
     monkeypatch.delenv(fused.KERNELS_ENV, raising=False)
     monkeypatch.setattr(fused, "triton", None)
     with pytest.raises(HfAttnConfigError, match="needs the triton package, which is not installed: pip install triton"):
-        fused.use_triton(module("triton"), FakeTensor(True))
+        use_triton(module("triton"), FakeTensor(True))
     monkeypatch.setattr(fused, "triton", object())
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(HfAttnConfigError, match="run on CUDA tensors, and this one is on cpu; .*TRITON_INTERPRET=1"):
-        fused.use_triton(module("triton"), FakeTensor(False))
+        use_triton(module("triton"), FakeTensor(False))
     monkeypatch.setenv(fused.KERNELS_ENV, "triton")  # the error names where "triton" came from
     with pytest.raises(HfAttnConfigError, match="^HF_ATTN_KERNELS='triton'"):
-        fused.use_triton(module("auto"), FakeTensor(False))
+        use_triton(module("auto"), FakeTensor(False))
 
 
 def test_triton_env_var_overrides_the_config(monkeypatch):
     monkeypatch.setattr(fused, "triton", object())
     monkeypatch.setenv(fused.KERNELS_ENV, "eager")
-    assert fused.use_triton(module("triton"), FakeTensor(True)) is False
+    assert use_triton(module("triton"), FakeTensor(True)) is False
     monkeypatch.setenv(fused.KERNELS_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert fused.use_triton(module("eager"), FakeTensor(False)) is True
+    assert use_triton(module("eager"), FakeTensor(False)) is True
     monkeypatch.setenv(fused.KERNELS_ENV, "fast")
     with pytest.raises(HfAttnConfigError, match=r"^HF_ATTN_KERNELS='fast' is not a kernel mode; valid: \['auto', "):
-        fused.use_triton(module("auto"), FakeTensor(True))
+        use_triton(module("auto"), FakeTensor(True))
     monkeypatch.setenv(fused.KERNELS_ENV, "")  # empty = unset
-    assert fused.use_triton(module("auto"), FakeTensor(True)) is True
+    assert use_triton(module("auto"), FakeTensor(True)) is True
 
 
 def test_triton_decisions_are_recorded_only_when_asked(monkeypatch):
     monkeypatch.delenv(fused.KERNELS_ENV, raising=False)
     monkeypatch.setattr(fused, "triton", object())
-    fused.use_triton(module("auto"), FakeTensor(True))
+    use_triton(module("auto"), FakeTensor(True))
     with fused.record_paths() as trace:
-        fused.use_triton(module("auto"), FakeTensor(True))
-        fused.use_triton(module("auto"), FakeTensor(True), need_weights=True)
-    fused.use_triton(module("auto"), FakeTensor(True))
+        use_triton(module("auto"), FakeTensor(True))
+        use_triton(module("auto"), FakeTensor(True), need_weights=True)
+    use_triton(module("auto"), FakeTensor(True))
     assert trace == [("rela", "encoder", "triton"), ("rela", "encoder", "eager")]
 
 
@@ -137,13 +142,13 @@ def test_eager_request_puts_every_module_on_the_eager_path(base):
 
 
 def spy_on_decisions(monkeypatch, model) -> list:
-    """The `use_triton` decision each attention module would make at each call (recorded before its attend runs)."""
+    """The Triton decision each attention module would make at each call (recorded before its attend runs)."""
     seen = []
     for m in model.attention_modules():
         original = m.attend
 
         def spy(*a, _m=m, _original=original, **k):
-            seen.append(fused.use_triton(_m, a[2], need_weights=False))
+            seen.append(use_triton(_m, a[2], need_weights=False))
             return _original(*a, **k)
 
         monkeypatch.setattr(m, "attend", spy)
@@ -212,3 +217,101 @@ def test_a_call_the_kernel_cannot_take_runs_eager_and_is_recorded_eager(preset, 
             model(**batch)
         paths[name] = {path for v, _, path in trace if v == variant}
     assert paths == {"fits": {"triton"}, "too wide": {"eager"}}
+
+
+# ---- one decision for every path: SDPA (softmax's plain one, GMM's distributed product), Triton, eager ----------
+def expected_sdpa(mode, cuda, need_weights, eager_request, supported):
+    """GMM's SDPA path (its product distributed over the fusion): the Triton rules without the need for triton."""
+    if need_weights or eager_request or mode == "eager" or not supported:
+        return fused.EAGER
+    return fused.SDPA if cuda or mode == "triton" else fused.EAGER
+
+
+@pytest.mark.parametrize("mode,cuda,need_weights,eager_request,supported,installed",
+                         list(itertools.product(fused.KERNEL_MODES, *[(False, True)] * 5)))
+def test_sdpa_path_truth_table(monkeypatch, mode, cuda, need_weights, eager_request, supported, installed):
+    monkeypatch.delenv(fused.KERNELS_ENV, raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the SDPA path needs neither triton nor its interpreter
+    monkeypatch.setattr(fused, "triton", object() if installed else None)
+    path = fused.dispatch(module(mode, eager_request), FakeTensor(cuda), fused.SDPA, need_weights, supported)
+    assert path == expected_sdpa(mode, cuda, need_weights, eager_request, supported)
+
+
+@pytest.mark.parametrize("mode", fused.KERNEL_MODES)
+def test_plain_sdpa_leaves_only_for_weights(monkeypatch, mode):
+    """Softmax's SDPA is its own implementation (stock's too): no kernel mode or eager request changes it."""
+    monkeypatch.setenv(fused.KERNELS_ENV, mode)
+    monkeypatch.setattr(fused, "triton", None)
+    for cuda, eager_request in itertools.product((False, True), (False, True)):
+        m = module(mode, eager_request)
+        assert fused.dispatch(m, FakeTensor(cuda), fused.SDPA, plain=True) == fused.SDPA
+        assert fused.dispatch(m, FakeTensor(cuda), fused.SDPA, need_weights=True, plain=True) == fused.EAGER
+
+
+def recorded(preset: str, **overrides) -> dict:
+    """{(variant, site): the paths recorded} in one training forward of a tiny model of ``preset``."""
+    model = tiny_model("marian", preset, **overrides).train()
+    with fused.record_paths() as trace:
+        model(**tiny_batch())
+    out: dict = {}
+    for variant, site, path in trace:
+        out.setdefault((variant, site), set()).add(path)
+    return out
+
+
+def test_every_variant_with_a_fast_path_decides_through_dispatch(monkeypatch):
+    """On the CPU in mode auto: softmax records its SDPA, GMM, ReLA, ReLUFormer, calibration and sparsemax eager; the
+    variants without a fast path (RAN) decide nothing."""
+    monkeypatch.delenv(fused.KERNELS_ENV, raising=False)
+    assert recorded("gmm") == {("softmax", "encoder"): {"sdpa"}, ("softmax", "decoder"): {"sdpa"},
+                               ("gmm", "cross"): {"eager"}}
+    for preset, variant in (("rela-g", "rela"), ("reluformer", "reluformer"), ("sparsemax", "sparsemax")):
+        assert {v for v, _ in recorded(preset)} == {variant} and set().union(*recorded(preset).values()) == {"eager"}
+    assert recorded("calibration-gate")[("calibrated", "cross")] == {"eager"}
+    assert ("recurrent", "encoder") not in recorded("ran-all")
+
+
+def test_gmm_sdpa_path_is_recorded_as_taken(monkeypatch):
+    """Forced on a CPU (no triton needed), GMM's cross-attention takes and records its SDPA path; attention dropout
+    keeps it eager (the paper drops gamma with one mask)."""
+    monkeypatch.setenv(fused.KERNELS_ENV, "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert recorded("gmm")[("gmm", "cross")] == {"sdpa"}
+    assert recorded("gmm", attention_dropout=0.1)[("gmm", "cross")] == {"eager"}
+
+
+class WordsTokenizer:
+    """What `run_extras.attention_path` asks of a tokenizer: ids of a source and a target sentence."""
+
+    def __call__(self, sources, text_target, return_tensors):
+        return {"input_ids": torch.tensor([[5, 6, 7, 2]]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
+                "labels": torch.tensor([[8, 9, 2]])}
+
+
+def test_run_attention_path_names_the_path_each_site_took(monkeypatch):
+    from hf_attn.reproduce.run_extras import attention_path
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    cpu = torch.device("cpu")
+    monkeypatch.setenv(fused.KERNELS_ENV, "triton")  # GMM's SDPA path runs forced on the CPU, without triton
+    gmm = attention_path(tiny_model("marian", "gmm"), WordsTokenizer(), cpu)
+    assert gmm["sites"] == {"encoder": "sdpa", "decoder": "sdpa", "cross": "sdpa"} and gmm["kernels"] == "triton"
+    monkeypatch.setenv(fused.KERNELS_ENV, "eager")
+    gmm = attention_path(tiny_model("marian", "gmm"), WordsTokenizer(), cpu)
+    assert gmm["sites"] == {"encoder": "sdpa", "decoder": "sdpa", "cross": "eager"}
+    monkeypatch.delenv(fused.KERNELS_ENV)
+    assert set(attention_path(tiny_model("marian", "ran-all"), WordsTokenizer(), cpu)["sites"].values()) == {
+        "eager", "sdpa"}  # RAN's encoder and decoder (no fast path), softmax's cross-attention
+
+
+@requires_triton
+def test_run_attention_path_records_the_kernel_and_its_fallback(monkeypatch):
+    """Kernels forced (the interpreter on CPU tensors): rela-g's sites ran the fused kernel; with heads of 136
+    dimensions (more than the kernel takes) every call fell back to eager, and the record says so."""
+    from hf_attn.reproduce.run_extras import attention_path
+
+    monkeypatch.setenv(fused.KERNELS_ENV, "triton")
+    fits = attention_path(tiny_model("marian", "rela-g"), WordsTokenizer(), torch.device("cpu"))
+    wide = attention_path(tiny_model("marian", "rela-g", d_model=136, encoder_attention_heads=1,
+                                     decoder_attention_heads=1), WordsTokenizer(), torch.device("cpu"))
+    assert set(fits["sites"].values()) == {"fused"} and set(wide["sites"].values()) == {"eager"}
