@@ -112,5 +112,14 @@ def run_job(job: dict) -> None:
                                           "path": path, "result": result}), flush=True)
 
 
+class _NoHfAttn:
+    """A meta path finder that makes ``import hf_attn`` fail: the loader runs where hf-attn is not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_attn" or name.startswith("hf_attn."):
+            raise ImportError("hf_attn must not be importable here")
+
+
 if __name__ == "__main__":
+    sys.meta_path.insert(0, _NoHfAttn())
     run_job(json.loads(open(sys.argv[1], encoding="utf-8").read()))
