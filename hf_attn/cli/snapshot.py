@@ -33,6 +33,16 @@ def transformers_version() -> str | None:
         return None
 
 
+def written_with_other_transformers() -> str | None:
+    """The transformers version the committed snapshot was written with, when another one is installed (the key,
+    which holds the version, cannot match: the commands answer from the registry); else None."""
+    try:
+        written = json.loads(SNAPSHOT.read_text(encoding="utf-8")).get("transformers")
+    except (OSError, ValueError):
+        return None
+    return written if written != transformers_version() else None
+
+
 def key() -> str:
     """sha256 of the source files and transformers' version."""
     h = hashlib.sha256()
