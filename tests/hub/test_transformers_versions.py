@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -233,12 +234,12 @@ def test_the_library_at_the_low_end_of_its_range(tmp_path):
     p = run_in(site, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--rootdir", str(ROOT),
                       *(str(ROOT / t) for t in LIBRARY_TESTS)], tmp_path, PYTHONPATH=f"{site}{os.pathsep}{ROOT}")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
-    passed = [x for x in p.stdout.splitlines() if " passed" in x]
-    print(f"transformers {LIBRARY_LOW}, hf_attn installed: {passed[-1] if passed else p.stdout[-300:]}")
+    passed = re.findall(r"(\d+) passed", p.stdout)
+    print(f"transformers {LIBRARY_LOW}, hf_attn installed: {p.stdout.strip().splitlines()[-1]}")
     if os.environ.get("HF_ATTN_COMPAT_RECORD") == "1":
         record = read_record()
         record["library"] = {"transformers": LIBRARY_LOW, "tests": list(LIBRARY_TESTS),
-                             "result": passed[-1].strip("= ") if passed else "?"}
+                             "result": f"{passed[-1]} passed" if passed else "?"}
         RECORD.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
