@@ -31,10 +31,27 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "requires_triton: needs the triton package (skipped without it)")
 
 
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run the kernel tests on the CPU here, or None. triton 3.6 (torch 2.11's) converts
+    one-element arrays with ``int()``, an error since numpy 2.4 (2.3 warns); triton 3.7 squeezes them first."""
+    if TEST_DEVICE.startswith("cuda") or not triton_available():
+        return None
+    import numpy
+    import triton
+
+    from hf_attn.modeling.compat import version_tuple
+
+    if version_tuple(triton.__version__) < (3, 7) and version_tuple(numpy.__version__) >= (2, 4):
+        return (f"triton {triton.__version__}'s interpreter cannot run with numpy {numpy.__version__} (int() of a "
+                "one-element array): pip install 'numpy<2.4' or 'triton>=3.7' to run the kernel tests on the CPU")
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    if triton_available():
+    problem = interpreter_problem()
+    if triton_available() and problem is None:
         return
-    skip = pytest.mark.skip(reason="triton is not installed (pip install triton, Linux)")
+    skip = pytest.mark.skip(reason=problem or "triton is not installed (pip install triton, Linux)")
     for item in items:
         if item.get_closest_marker("requires_triton"):
             item.add_marker(skip)

@@ -67,9 +67,14 @@ def test_python_example_runs(tmp_path):
 def test_install_text_gives_the_cpu_and_the_gpu_builds_and_the_transformers_pin():
     install = README.split("**Install**", 1)[1].split("**In Python**", 1)[0]
     assert "--index-url https://download.pytorch.org/whl/cpu" in install and "CUDA" in install
-    pin = re.search(r'"transformers>=(\d+\.\d+),<(\d+)\.(\d+)"', (ROOT / "pyproject.toml").read_text())
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    pin = re.search(r'"transformers>=(\d+\.\d+),<(\d+)\.(\d+)"', pyproject)
     newest = f"{pin.group(2)}.{int(pin.group(3)) - 1}"
-    assert f"transformers {pin.group(1)} or {newest}" in install, "the README's transformers versions left the pin"
+    torch_low = re.search(r'"torch>=(\d+\.\d+)"', pyproject).group(1)
+    index = (ROOT / "docs" / "index.md").read_text()
+    for page in (install, index):
+        assert f"transformers {pin.group(1)} to {newest}" in page, "the stated transformers versions left the pin"
+        assert f"torch {torch_low} or newer" in page, "the stated torch versions left the pin"
 
 
 def test_readme_links_exist():

@@ -25,13 +25,29 @@ SOURCES = ("modeling/*.py", "training/args.py", "cli/flags.py", "cli/presets.py"
 BASES = ("marian", "bart")
 
 
+def transformers_version() -> str | None:
+    """The installed transformers' version (read without importing it), or None."""
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def written_with_other_transformers() -> str | None:
+    """The transformers version the committed snapshot was written with, when another one is installed (the key,
+    which holds the version, cannot match: the commands answer from the registry); else None."""
+    try:
+        written = json.loads(SNAPSHOT.read_text(encoding="utf-8")).get("transformers")
+    except (OSError, ValueError):
+        return None
+    return written if written != transformers_version() else None
+
+
 def key() -> str:
     """sha256 of the source files and transformers' version."""
     h = hashlib.sha256()
-    try:
-        h.update(metadata.version("transformers").encode())
-    except metadata.PackageNotFoundError:
-        h.update(b"no transformers")
+    version = transformers_version()
+    h.update(version.encode() if version is not None else b"no transformers")
     for pattern in SOURCES:
         for path in sorted(PACKAGE.glob(pattern)):
             h.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
@@ -65,7 +81,7 @@ def build_snapshot() -> dict:
     from .train_args import build_train_parser
 
     flags = {b: sorted(build_train_parser(["--base", b])._option_string_actions) for b in BASES}
-    return {"key": key(), **presets_texts(), "train_flags": flags}
+    return {"key": key(), "transformers": transformers_version(), **presets_texts(), "train_flags": flags}
 
 
 def write_snapshot(path: Path = SNAPSHOT) -> bool:

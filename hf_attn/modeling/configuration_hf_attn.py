@@ -14,10 +14,12 @@ declared type (2.0 -> 2 for an int field, tuples -> lists: values read back from
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-# transformers' own configs (MarianConfig, BartConfig) are @strict dataclasses from huggingface_hub, a dependency
-# of transformers itself; a subclass must be one too
+# first: on a transformers below the floor, one error line before anything else is imported
+from .compat import MIN_TRANSFORMERS
+
 from huggingface_hub.dataclasses import strict
 from transformers import BartConfig, MarianConfig
 
@@ -26,6 +28,27 @@ from .hyperparameters import SITES, HfAttnConfigError, Hyperparameter, did_you_m
 from .kernels import register
 from .presets import PRESETS
 from .registry import ATTENTION_VARIANTS
+
+# transformers <= 5.9, loading a model from a local directory, copies into its modules folder only the files an
+# auto_map module imports directly (dynamic_module_utils.get_cached_module_file; 5.10 follows imports recursively):
+# this module, and modeling_hf_attn, import every file of the model code that their imports reach
+from .attention_base import VariantAttention  # noqa: F401
+from .attention_blockwise import BlockOptions  # noqa: F401
+from .attention_calibration import CalibratedAttention  # noqa: F401
+from .attention_fixed import HardGaussianAttention  # noqa: F401
+from .attention_gmm import GmmFFN  # noqa: F401
+from .attention_positional import PositionalAttention  # noqa: F401
+from .attention_ran import RanStack  # noqa: F401
+from .attention_rela import RelaAttention  # noqa: F401
+from .attention_reluformer import reluformer_attention  # noqa: F401
+from .attention_softmax import SoftmaxAttention  # noqa: F401
+from .cache import HfAttnCache  # noqa: F401
+from .citations import Citation  # noqa: F401
+from .forward_state import ForwardState  # noqa: F401
+from .gmm_mixture import MixtureDensity  # noqa: F401
+from .masking import KeepMask  # noqa: F401
+from .triton_calibration import MODES  # noqa: F401
+from .triton_relu import triton_supports  # noqa: F401
 
 # variant names of earlier releases, still accepted (saved config.json files): old name -> current name
 RENAMED_VARIANTS = {"relu": "reluformer"}
@@ -62,6 +85,12 @@ class HfAttnConfigMixin:
     attention_kernels: str = "auto"  # "auto" | "triton" | "eager": fused Triton kernels or the eager path (fused.py)
 
     def __post_init__(self, **kwargs):
+        super().__post_init__(**self._prepare(kwargs))
+        self._finish()
+
+    def _prepare(self, kwargs: dict) -> dict:
+        """Before the base config's own construction: the variant hyperparameters of ``kwargs`` checked for unknown
+        names and put in their declared types, the sites' renamed variants under their current names."""
         register()  # the "hf_attn" attention implementation this config's models run under
         declared = hyperparameters()
         unknown = [k for k in kwargs if k.split("_")[0] in _variant_prefixes() and k not in declared]
@@ -74,8 +103,12 @@ class HfAttnConfigMixin:
             kwargs[key] = hp.normalise(kwargs.get(key, getattr(self, key, hp.initial())))
         for site in SITES:
             setattr(self, f"{site}_attention", current_variant_names(getattr(self, f"{site}_attention")))
-        super().__post_init__(**kwargs)
+        return kwargs
+
+    def _finish(self) -> None:
         self.keys_to_ignore_at_inference = ["cache", "past_key_values", "aux_loss", "aux_logs"]
+        # saved in config.json: the oldest transformers this model's code runs on (compat.py; the model card says it)
+        self.min_transformers_version = MIN_TRANSFORMERS
         self.validate_attention()
 
     # ---- attention outputs ------------------------------------------------------------------------------------
@@ -257,14 +290,39 @@ def _variant_prefixes() -> set[str]:
     return {key.split("_")[0] for key in hyperparameters()}
 
 
-@strict
+# transformers' configs are @strict dataclasses from huggingface_hub (a dependency of transformers itself) since 5.4,
+# and a subclass must be one too; 5.0-5.3 configs are plain classes built by ``__init__(**kwargs)``, where @strict on
+# a subclass fails (it takes `PreTrainedConfig.validate_rope(self, ...)` for a class validator)
+CONFIGS_ARE_DATACLASSES = dataclasses.is_dataclass(MarianConfig)
+
+
+def hf_attn_config(cls: type) -> type:
+    """The class decorator of the hf-attn configs: ``@strict`` where transformers' configs are dataclasses; on 5.0-5.3
+    an ``__init__(**kwargs)`` that takes the mixin's fields and runs `HfAttnConfigMixin.__post_init__`'s steps around
+    the base config's ``__init__``, and the base config's ``__eq__`` (not the mixin's, which compares its own fields
+    only)."""
+    if CONFIGS_ARE_DATACLASSES:
+        return strict(cls)
+    base = cls.__mro__[cls.__mro__.index(HfAttnConfigMixin) + 1]
+
+    def __init__(self, **kwargs):
+        for f in dataclasses.fields(HfAttnConfigMixin):
+            setattr(self, f.name, kwargs.pop(f.name, f.default))
+        base.__init__(self, **self._prepare(kwargs))
+        self._finish()
+
+    cls.__init__, cls.__eq__, cls.__hash__ = __init__, base.__eq__, base.__hash__
+    return cls
+
+
+@hf_attn_config
 class HfAttnMarianConfig(HfAttnConfigMixin, MarianConfig):
     """`MarianConfig` with a choice of attention variant per site and layer."""
 
     model_type = "hf_attn_marian"
 
 
-@strict
+@hf_attn_config
 class HfAttnBartConfig(HfAttnConfigMixin, BartConfig):
     """`BartConfig` with a choice of attention variant per site and layer."""
 

@@ -200,24 +200,32 @@ class KeepMask:
         return KeepMask(self.q_len, k_len, padding, self.causal, self.offset - (self.k_len - k_len), home=self.home)
 
 
-def keep_mask_interface(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
-                        attention_mask=None, local_size=None, **kwargs) -> KeepMask:
+def keep_mask_interface(batch_size, q_length=None, kv_length=None, q_offset=0, kv_offset=0, mask_function=None,
+                        attention_mask=None, local_size=None, cache_position=None, **kwargs) -> KeepMask:
     """Mask function for ``_attn_implementation="hf_attn"``: a compact `KeepMask` from the 2-D padding mask and
-    causality; other patterns (custom mask functions) are materialised by transformers' `sdpa_mask`, held dense."""
+    causality; other patterns (custom mask functions) are materialised by transformers' `sdpa_mask`, held dense.
+
+    transformers 5.0-5.3 give the queries' positions (``cache_position``, consecutive) instead of ``q_length`` and
+    ``q_offset`` (5.4 replaced them in every mask interface call, masking_utils)."""
+    queries = dict(q_length=q_length, q_offset=q_offset)
+    if cache_position is not None:
+        queries = dict(cache_position=cache_position)
+        q_length = cache_position.shape[0]
+        q_offset = int(cache_position[0]) if q_length else 0
     if mask_function in (causal_mask_function, bidirectional_mask_function) and kv_offset == 0 and local_size is None:
         padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
         if padding is not None:
             padding = padding.bool()
             if not torch.compiler.is_compiling():  # (a host check: a compiled graph keeps the mask, same result)
                 padding = None if padding.all() else padding
-        device = kwargs.get("device")
+        device = kwargs.get("device", None if cache_position is None else cache_position.device)
         return KeepMask(q_length, kv_length, padding, mask_function is causal_mask_function, q_offset,
                         home=torch.device(device) if device is not None else None)
     kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
     kwargs.pop("dtype", None)
     kwargs.pop("config", None)
-    dense = sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask,
-                      local_size, **kwargs)
+    dense = sdpa_mask(batch_size=batch_size, kv_length=kv_length, kv_offset=kv_offset, mask_function=mask_function,
+                      attention_mask=attention_mask, local_size=local_size, **queries, **kwargs)
     return KeepMask.from_dense(dense)
 
 

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# first: on a transformers below the floor, one error line before anything else is imported
+from .compat import TRANSFORMERS_VERSION
+
 import torch
 from transformers import BartForConditionalGeneration, GenerationMixin, MarianMTModel, initialization as init
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
@@ -37,6 +40,22 @@ from .hyperparameters import SITES, HfAttnConfigError
 from .kernels import ATTN_IMPLEMENTATION, register
 from .masking import is_prepared_keep_mask
 from .registry import ATTENTION_VARIANTS
+
+# every file of the model code that the imports above reach, imported directly: see configuration_hf_attn
+from .attention_blockwise import BlockOptions  # noqa: F401
+from .attention_calibration import CalibratedAttention  # noqa: F401
+from .attention_fixed import HardGaussianAttention  # noqa: F401
+from .attention_gmm import GmmFFN  # noqa: F401
+from .attention_positional import PositionalAttention  # noqa: F401
+from .attention_ran import RanStack  # noqa: F401
+from .attention_rela import RelaAttention  # noqa: F401
+from .attention_reluformer import reluformer_attention  # noqa: F401
+from .attention_softmax import SoftmaxAttention  # noqa: F401
+from .citations import Citation  # noqa: F401
+from .gmm_mixture import MixtureDensity  # noqa: F401
+from .presets import PRESETS  # noqa: F401
+from .triton_calibration import MODES  # noqa: F401
+from .triton_relu import triton_supports  # noqa: F401
 
 
 @dataclass
@@ -199,7 +218,14 @@ class HfAttnModelMixin:
     def from_pretrained(cls, *args, **kwargs):
         """`PreTrainedModel.from_pretrained`, then `freeze_fixed_weights` (loading replaces frozen tensors)."""
         loaded = super().from_pretrained(*args, **kwargs)
-        (loaded[0] if isinstance(loaded, tuple) else loaded).freeze_fixed_weights()
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        if TRANSFORMERS_VERSION[:2] == (5, 3):
+            # transformers 5.3 leaves the tied embeddings of a model with an auto class (remote code, and hf_attn's
+            # registered classes) untied, on the meta device: `mark_tied_weights_as_initialized` takes them off the
+            # missing keys, so `tie_weights` finds "both present" and skips them (modeling_utils; 5.4 ties them)
+            model.tie_weights()
+            model.all_tied_weights_keys = model.get_expanded_tied_weights_keys(all_submodels=False)
+        model.freeze_fixed_weights()
         return loaded
 
     def freeze_fixed_weights(self) -> None:

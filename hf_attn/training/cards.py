@@ -26,6 +26,7 @@ from ..errors import HfAttnInputError
 from ..modeling import ATTENTION_VARIANTS, PRESETS
 from ..modeling.bases import BASES, base_of, register_auto_classes
 from ..modeling.citations import HF_ATTN, Citation, cited
+from ..modeling.compat import MIN_TRANSFORMERS
 from ..version import __version__
 
 HF_ATTN_URL = HF_ATTN.url
@@ -156,6 +157,7 @@ def render_model_card(run: dict, repo_id: str | None = None, model_dir: Path | N
         "hf_attn_url": HF_ATTN_URL,
         "hf_attn_version": __version__,
         "transformers_version": transformers.__version__,
+        "min_transformers": MIN_TRANSFORMERS,
         "torch_version": torch.__version__.split("+")[0],
     }
     return _fill(template_path(base), values, model_dir)
@@ -282,6 +284,7 @@ def render_directory_card(model_dir: Path, repo_id: str | None = None, converted
         "hf_attn_url": HF_ATTN_URL,
         "hf_attn_version": __version__,
         "transformers_version": transformers.__version__,
+        "min_transformers": MIN_TRANSFORMERS,
         "torch_version": torch.__version__.split("+")[0],
     }
     return _fill(template_path("model"), values, model_dir)

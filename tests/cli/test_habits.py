@@ -10,7 +10,7 @@ import sys
 import pytest
 from training_helpers import offline_env
 
-from hf_attn.cli import main
+from hf_attn.cli import main, snapshot
 from hf_attn.modeling import HfAttnConfigError, HfAttnMarianConfig
 
 HEAVY = ("torch", "transformers", "datasets", "tokenizers", "sentencepiece", "accelerate", "numpy", "hf_attn.modeling")
@@ -122,4 +122,8 @@ def loaded_modules(*args: str) -> list[str]:
                                   ["train", "--no_such_flag"], ["train", "--base", "bart", "--d_modl", "8"]])
 def test_help_corpora_presets_and_unknown_train_flags_import_neither_torch_nor_transformers(args):
     """`presets` and `train`'s unknown flags answer from hf_attn/cli/snapshot.json (tests/cli/test_snapshot.py)."""
+    written = snapshot.written_with_other_transformers()
+    if written and args[0] in ("presets", "train"):
+        pytest.skip(f"hf_attn/cli/snapshot.json was written with transformers {written}, and another is installed: "
+                    "these answers come from the registry here")
     assert loaded_modules(*args) == []

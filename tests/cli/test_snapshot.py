@@ -14,6 +14,10 @@ from hf_attn.cli.flags import unknown_flags_line
 
 def test_the_committed_snapshot_is_current_and_says_what_the_code_says():
     fix = "run `python scripts/write_cli_snapshot.py` and commit hf_attn/cli/snapshot.json"
+    written = snapshot.written_with_other_transformers()
+    if written:  # another transformers of pyproject's range: the commands answer from the registry
+        pytest.skip(f"the snapshot was written with transformers {written} and this environment has "
+                    f"{snapshot.transformers_version()}: its key (which holds transformers' version) cannot match here")
     assert snapshot.current_snapshot() is not None, f"the snapshot's key differs from the code's: {fix}"
     assert json.loads(snapshot.SNAPSHOT.read_text()) == snapshot.build_snapshot(), fix
 

@@ -6,6 +6,8 @@ import pytest
 import torch
 from conftest import tiny_batch, tiny_model, vanilla_model
 
+from hf_attn.modeling.cache import CACHE_KWARG  # ``cache`` since transformers 5.24, ``past_key_values`` before
+
 
 @pytest.mark.parametrize("base", ["marian", "bart"])
 @pytest.mark.parametrize("preset", ["softmax", "ran-d"])
@@ -26,8 +28,8 @@ def test_the_kv_cache_is_the_one_transformers_builds(base, preset):
         with torch.no_grad():
             for step in range(3):
                 out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=dec,
-                            cache=cache, use_cache=True)
-                cache = out.cache
+                            use_cache=True, **{CACHE_KWARG: cache})
+                cache = getattr(out, CACHE_KWARG)
                 dec = out.logits[:, -1:].argmax(-1) if name == "stock" else caches["stock_tokens"][step]
                 caches.setdefault(f"{name}_tokens", []).append(dec)
         caches[name] = cache

@@ -13,6 +13,7 @@ import torch
 from conftest import tiny_batch, tiny_model
 
 import hf_attn
+from hf_attn.modeling.compat import version_tuple
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "preset_logits.pt"
 # variant renamed since the recording; the recorded name is the key
@@ -20,6 +21,10 @@ RENAMED: dict[str, str] = {}
 # defaults changed since the recording (a choice the papers leave open, settled by the recipe-sensitivity
 # experiments in results/REPORT.md): the recording's values, so the comparison still checks the math
 RECORDED_DEFAULTS = {"reluformer_reg_weight": 1.0, "gmm_gate_init": 0.5}
+# the torch of the recording: RAN's training-mode loss draws its attention dropout (ran_attention_dropout 0.2), whose
+# random masks differ between torch releases (torch 2.11: the RAN presets' train_loss moves by up to 3e-4, everything
+# else agrees to 1e-7), so that one value is compared on the recording's torch only
+RECORDED_TORCH = (2, 13)
 
 
 def preset_variants(preset: str) -> set[str]:
@@ -61,7 +66,10 @@ def test_logits_match_the_recording(base):
         if b != base:
             continue
         got = preset_outputs(b, RENAMED.get(preset, preset))
+        random_dropout = "recurrent" in preset_variants(RENAMED.get(preset, preset))
         for name in want:
+            if name == "train_loss" and random_dropout and version_tuple(torch.__version__)[:2] != RECORDED_TORCH:
+                continue
             if name == "generated":
                 assert torch.equal(got[name], want[name]), f"{key} {name}"
             else:

@@ -40,7 +40,8 @@ from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder
 from transformers.models.marian.modeling_marian import MarianDecoder, MarianEncoder
 
 import hf_attn
-from hf_attn.modeling.cache import HfAttnCache
+from hf_attn.modeling.cache import CACHE_KWARG, HfAttnCache  # ("cache" from transformers 5.24, past_key_values before)
+from hf_attn.modeling.compat import TRANSFORMERS_VERSION
 from hf_attn.modeling.hyperparameters import HfAttnConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is faster and steadier
@@ -419,14 +420,15 @@ def test_cached_decoding_step_by_step_matches_the_full_forward(base, preset):
     with torch.no_grad():
         full = model(**src_of(b), decoder_input_ids=dec).logits
         for first_cache in (None, EncoderDecoderCache(DynamicCache(), DynamicCache())):
-            out = model(**src_of(b), decoder_input_ids=dec[:, :1], cache=first_cache, use_cache=True)
+            out = model(**src_of(b), decoder_input_ids=dec[:, :1], use_cache=True, **{CACHE_KWARG: first_cache})
             steps, enc = [out.logits], (out.encoder_last_hidden_state,)
             for t in range(1, tgt_len):
+                cache = {CACHE_KWARG: getattr(out, CACHE_KWARG)}
                 out = model(encoder_outputs=enc, attention_mask=b["attention_mask"], decoder_input_ids=dec[:, t : t + 1],
-                            cache=out.cache, use_cache=True)
+                            use_cache=True, **cache)
                 steps.append(out.logits)
             torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
-            check_standard_format(out.cache, model, batch, tgt_len, src_len)
+            check_standard_format(getattr(out, CACHE_KWARG), model, batch, tgt_len, src_len)
 
 
 @pytest.mark.parametrize("base,preset", SOME, ids=ids(SOME))
@@ -572,13 +574,16 @@ def test_assisted_decoding_and_continuing_from_a_cache_match_greedy(base, preset
     greedy = model.generate(**src, **kw)
     assistant = tiny_model(base, preset, seed=1)  # another model: some drafts are rejected
     assert torch.equal(model.generate(**src, **kw, assistant_model=assistant), greedy)
-    assert torch.equal(model.generate(**src, **kw, prompt_lookup_num_tokens=2), greedy)
+    if not (base == "bart" and TRANSFORMERS_VERSION < (5, 18)):
+        # (transformers 5.17's prompt lookup decoding stops stock BartForConditionalGeneration after its first token
+        # too; 5.18 decodes the greedy tokens)
+        assert torch.equal(model.generate(**src, **kw, prompt_lookup_num_tokens=2), greedy)
     half = dict(do_sample=False, max_new_tokens=4, min_new_tokens=4, forced_eos_token_id=None)  # no EOS midway
     first = model.generate(**src, **half, return_dict_in_generate=True)
-    assert isinstance(first.cache, HfAttnCache)
+    assert isinstance(getattr(first, CACHE_KWARG), HfAttnCache)
     # Marian starts decoding with its pad token: the mask keeps generate from hiding it (stock transformers too)
-    rest = model.generate(**src, **half, decoder_input_ids=first.sequences, cache=first.cache,
-                          decoder_attention_mask=torch.ones_like(first.sequences))
+    rest = model.generate(**src, **half, decoder_input_ids=first.sequences, decoder_attention_mask=torch.ones_like(
+        first.sequences), **{CACHE_KWARG: getattr(first, CACHE_KWARG)})
     assert torch.equal(rest, model.generate(**src, **kw, forced_eos_token_id=None))
 
 

@@ -65,3 +65,27 @@ def test_layers_analysis_and_data_never_import_training():
             continue
         bad = [m for m in _imports(path) if m.startswith("hf_attn.") and not m.startswith("hf_attn.modeling")]
         assert not bad, f"{path.name} imports {bad}"
+
+
+def _sibling_imports(name: str) -> list[str]:
+    """The sibling modules ``name``.py imports (``from .x import y``), in the order written."""
+    tree = ast.parse((MODELING / f"{name}.py").read_text())
+    return [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module]
+
+
+def test_the_auto_map_modules_import_every_file_they_reach_directly():
+    """transformers <= 5.9 copies, for a model loaded from a local directory, only the files an auto_map module imports
+    directly; the version check comes first, before any file that could fail to import on an old transformers."""
+    from hf_attn.modeling import BASES
+
+    entries = {cls.__module__ for base in BASES.values() for cls in (base.model_class, base.config_class)}
+    assert entries == {"hf_attn.modeling.modeling_hf_attn", "hf_attn.modeling.configuration_hf_attn"}
+    for entry in sorted(e.rsplit(".", 1)[1] for e in entries):
+        reached, todo = set(), [entry]
+        while todo:
+            for sibling in _sibling_imports(todo.pop()):
+                if sibling not in reached:
+                    reached.add(sibling)
+                    todo.append(sibling)
+        assert reached - {entry} <= set(_sibling_imports(entry)), f"{entry}.py must import these directly"
+        assert _sibling_imports(entry)[0] == "compat", f"{entry}.py must import compat before any other sibling"

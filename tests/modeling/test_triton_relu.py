@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_batch, tiny_model
+from conftest import requires_triton, tiny_batch, tiny_model
 
 from hf_attn.modeling import attention_rela, attention_reluformer
 from hf_attn.modeling import triton_relu as tr
@@ -17,7 +17,8 @@ from hf_attn.modeling.attention_blockwise import activate
 from hf_attn.modeling.fused import KERNELS_ENV, interpreting, tl, triton
 from hf_attn.modeling.masking import KeepMask
 
-pytestmark = pytest.mark.skipif(triton is None or not interpreting(), reason="needs triton (interpreter on CPU)")
+pytestmark = [pytest.mark.skipif(triton is None or not interpreting(), reason="needs triton (interpreter on CPU)"),
+              requires_triton]
 SLOPE = 0.1
 FP32_TOL = dict(rtol=1e-4, atol=1e-4)  # float32 kernel vs float64 reference: summation order only
 
