@@ -11,13 +11,13 @@ The test fails while the block differs from what this writes, and while a versio
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
 from pathlib import Path
 
-from _rewrite import rewrite_main
-
+from hf_attn.docgen.rewrite import rewrite
 from hf_attn.errors import HfAttnInputError
 from hf_attn.io_utils import with_marked_block
 
@@ -93,4 +93,7 @@ def write_transformers_table(root: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    sys.exit(rewrite_main(__doc__, write_transformers_table, "the transformers table is"))
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
+                   help="the repository root (default: this script's)")
+    sys.exit(rewrite(write_transformers_table, "the transformers table is", p.parse_args().root))
