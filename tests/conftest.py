@@ -189,3 +189,7 @@ def one_thread():
     with kept_threads():
         torch.set_num_threads(1)
         yield
+
+
+# no test may take longer than the bound the README states (tests/slowest_test.py): a run where one does fails
+from slowest_test import pytest_runtest_logreport, pytest_sessionfinish, pytest_terminal_summary  # noqa: E402, F401
