@@ -5,14 +5,17 @@ child's step 0 (its parent swapped and scored before any update, `retrofit.py`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
+import threading
 import time
 from pathlib import Path
 
 import torch
 
-from ..errors import HfAttnInputError
+from ..errors import PREEMPTION_SIGNALS, HfAttnInputError, HfAttnPreempted
 from ..generation import translate_texts
 from ..modeling import fused
 from ..rundir import load_model_dir, run_pairs
@@ -89,17 +92,30 @@ def averaged_arm(run_dir: Path, n: int) -> tuple[dict, list[str]]:
     return arm, hyps
 
 
+@contextlib.contextmanager
+def stop_raises(what: str):
+    """While inside, a preemption signal (SIGTERM, SIGINT, SIGUSR1) stops ``what`` with `HfAttnPreempted` (exit code
+    75, the runner's "stopped, resumes"): nothing of it is kept, and the same command does it again."""
+    def stop(signum, frame):
+        raise HfAttnPreempted(f"stopped by {signal.Signals(signum).name} during {what}; nothing of it is kept: run "
+                              "the same command again to do it again and resume the matrix")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {n: signal.signal(getattr(signal, n), stop) for n in PREEMPTION_SIGNALS if hasattr(signal, n)}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
 def step_zero(spec: RunSpec, runs_dir: Path) -> tuple[dict, list[str]]:
     """(scores, test translations) of a retrofit child at step 0: its parent (``runs_dir/<parent>``, trained)
     swapped to the child's preset with the child's seed, saved to `step_zero_dir` (the child trains from there)
-    and translated as the child's final test will be. Done once: a later call reads what the first wrote."""
-    from transformers import set_seed
-
-    from ..cli.train_args import parse_train_args
-    from ..data import load_corpus
-    from ..training.convert import convert_checkpoint
-    from ..report.records import data_arguments
-
+    and translated as the child's final test will be. Done once: a later call reads what the first wrote. A signal
+    stops it with `HfAttnPreempted` (`stop_raises`); the next call starts it again."""
     out = step_zero_dir(spec, runs_dir)
     done = out / STEP0_FILE
     if done.is_file():
@@ -111,6 +127,18 @@ def step_zero(spec: RunSpec, runs_dir: Path) -> tuple[dict, list[str]]:
                                "parent first (`hf-attn reproduce --retrofit` does)")
     if out.exists():  # a sitting stopped while writing it: start it again
         shutil.rmtree(out)
+    with stop_raises(f"{spec.name}'s step 0"):
+        return _swap_and_score(spec, runs_dir, parent, out, done)
+
+
+def _swap_and_score(spec: RunSpec, runs_dir: Path, parent: Path, out: Path, done: Path) -> tuple[dict, list[str]]:
+    from transformers import set_seed
+
+    from ..cli.train_args import parse_train_args
+    from ..data import load_corpus
+    from ..training.convert import convert_checkpoint
+    from ..report.records import data_arguments
+
     argv = spec.train_argv(Path(runs_dir) / spec.name, False)
     hargs, targs, _, _ = parse_train_args(argv)
     set_seed(spec.seed)  # the swapped preset's own parameters start as the child's seed draws them
