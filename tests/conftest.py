@@ -68,6 +68,9 @@ def test_device() -> torch.device:
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n 2`: two workers share the cores, one torch thread each
     torch.set_num_threads(1)
+    # and so do the Python processes the tests start (a second OpenMP thread on a core the other worker holds waits
+    # for it at every operator: tiny models ran several times slower); a test that sets its own count keeps it
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 VOCAB = 64
 PAD, EOS, BOS = 1, 2, 0
