@@ -167,15 +167,16 @@ def run_script(module, argv):
 
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cache(tmp_path_factory):
-    """A tokenizer cache shared by the tests of one module."""
+    """A tokenizer cache shared by the tests of a session (an xdist worker); its entries are keyed by their data."""
     return tmp_path_factory.mktemp("tokcache")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained(tmp_path_factory, cache):
-    """A tiny rela-g run directory (6 steps on 200 Bible verses), trained once per test module."""
+    """A tiny rela-g run directory (6 steps on 200 Bible verses), trained once per session (an xdist worker) for
+    every module that reads it: a test that changes a run directory works on a copy."""
     from training_helpers import train_tiny
 
     return train_tiny(tmp_path_factory.mktemp("run") / "rela-g", cache_dir=cache)
