@@ -68,6 +68,9 @@ def test_device() -> torch.device:
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n 2`: two workers share the cores, one torch thread each
     torch.set_num_threads(1)
+    # and so do the Python processes the tests start (a second OpenMP thread on a core the other worker holds waits
+    # for it at every operator: tiny models ran several times slower); a test that sets its own count keeps it
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 VOCAB = 64
 PAD, EOS, BOS = 1, 2, 0
@@ -164,15 +167,16 @@ def run_script(module, argv):
 
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cache(tmp_path_factory):
-    """A tokenizer cache shared by the tests of one module."""
+    """A tokenizer cache shared by the tests of a session (an xdist worker); its entries are keyed by their data."""
     return tmp_path_factory.mktemp("tokcache")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained(tmp_path_factory, cache):
-    """A tiny rela-g run directory (6 steps on 200 Bible verses), trained once per test module."""
+    """A tiny rela-g run directory (6 steps on 200 Bible verses), trained once per session (an xdist worker) for
+    every module that reads it: a test that changes a run directory works on a copy."""
     from training_helpers import train_tiny
 
     return train_tiny(tmp_path_factory.mktemp("run") / "rela-g", cache_dir=cache)

@@ -177,10 +177,6 @@ def test_adding_a_paper_as_the_contributing_page_says(tmp_path):
         "hf_attn/modeling/registry.py: ATTENTION_VARIANTS") + tuple_end.group(2))
     registry.write_text(text)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    listed = subprocess.run([sys.executable, "-c", "import hf_attn; p = hf_attn.PRESETS['qknorm']; "
-                             "print(hf_attn.__file__, p.overrides, p.paper)"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert listed.returncode == 0 and str(package) in listed.stdout and "Henry" in listed.stdout, listed.stderr
     tests = tmp_path / "tests"
     shutil.copytree(ROOT / "tests", tests, ignore=shutil.ignore_patterns("__pycache__"))
     reference = tests / "contract" / "reference.py"
@@ -190,8 +186,15 @@ def test_adding_a_paper_as_the_contributing_page_says(tmp_path):
     text = text.replace(table.group(0), titled_block("tests/contract/reference.py: qknorm_weights") + "\n\n"
                         + table.group(0)[:-2] + titled_block("tests/contract/reference.py: EQUATIONS") + "}\n")
     reference.write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+    # one fresh interpreter: the package copy lists the new preset, then runs the tests (a second interpreter
+    # for the listing alone would only import torch and transformers again)
+    listed_then_tested = ("import sys, hf_attn; p = hf_attn.PRESETS['qknorm']; "
+                          "print(hf_attn.__file__, p.overrides, p.paper, flush=True); "
+                          "import pytest; sys.exit(pytest.main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", listed_then_tested, "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                            str(tests / "test_presets.py"), str(tests / "contract"), "-k", "qknorm"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    listed = proc.stdout.splitlines()[0] if proc.stdout else ""
+    assert str(package) in listed and "Henry" in listed, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert re.search(r"\b[1-9]\d passed\b", proc.stdout), proc.stdout[-2000:]  # both bases, every contract test

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from training_helpers import bible_pairs, cli_in_process, offline_env, run_cli, write_jsonl
+from training_helpers import bible_pairs, cli_in_process, offline_env, write_jsonl
 
 import hf_attn
 from hf_attn.training.cards import TRAINER_START
@@ -33,9 +33,11 @@ def readme_command() -> list[str]:
 
 @pytest.fixture(scope="module")
 def converted(trained, tmp_path_factory):
+    """`hf-attn convert` in this process (a fresh interpreter would add its imports and prove nothing more)."""
+    from hf_attn.cli import main
+
     out = tmp_path_factory.mktemp("conv") / "rela-g-to-gmm"
-    p = run_cli(["convert", str(trained), str(out), "--preset", "gmm"])
-    assert p.returncode == 0, p.stderr[-2000:]
+    assert main(["convert", str(trained), str(out), "--preset", "gmm"]) == 0
     return out
 
 
@@ -118,11 +120,12 @@ def test_card_of_a_stock_model_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_run_translation_path_with_a_converted_model(converted, trained, tmp_path):
-    """The page's command, with a tiny budget, in a fresh process that imports no hf_attn before the metric."""
+def test_run_translation_path_with_a_converted_model(converted, trained, tmp_path, capsys):
+    """The page's command, with a tiny budget, in a fresh process that imports no hf_attn before the metric (the
+    `hf-attn metrics` and `hf-attn card` steps around it run in this process: they only write files)."""
     work = tmp_path / "work"
     work.mkdir()
-    assert run_cli(["metrics", str(work)]).returncode == 0
+    assert cli_in_process(["metrics", str(work)], capsys)[0] == 0
     pairs = bible_pairs(48)
     write_jsonl(work / "train.json", pairs[:32])
     write_jsonl(work / "valid.json", pairs[32:40])
@@ -142,7 +145,7 @@ def test_run_translation_path_with_a_converted_model(converted, trained, tmp_pat
     assert len((out / "generated_predictions.txt").read_text().splitlines()) == 8
     assert "generated_from_trainer" in (out / "README.md").read_text()  # the Trainer's card replaced ours
 
-    assert run_cli(["card", str(out)]).returncode == 0
+    assert cli_in_process(["card", str(out)], capsys)[0] == 0
     card = (out / "README.md").read_text()
     assert "- hf-attn" in card and "- gmm" in card and TRAINER_START in card and "fine-tuned version of" in card
     # what the card knew before the Trainer survives it (kept in config.json): the origin, and one parameter count,
@@ -152,7 +155,7 @@ def test_run_translation_path_with_a_converted_model(converted, trained, tmp_pat
     assert f"language:\n- {run['source_lang']}\n- {run['target_lang']}\n" in card
     count = re.search(r"([\d,]+) trainable parameters \(tied embeddings counted once\)", card).group(1)
     assert count in (converted / "README.md").read_text()
-    assert run_cli(["card", str(out)]).returncode == 0
+    assert cli_in_process(["card", str(out)], capsys)[0] == 0
     assert (out / "README.md").read_text() == card  # idempotent: the Trainer's summary is kept, not lost
 
     # the Trainer's output is a complete remote-code directory: it loads where hf_attn cannot be imported
@@ -169,8 +172,8 @@ def test_run_translation_path_with_a_converted_model(converted, trained, tmp_pat
 
 
 @pytest.mark.slow
-def test_offline_metric_through_evaluate_load_by_name(tmp_path):
-    assert run_cli(["metrics", str(tmp_path)]).returncode == 0
+def test_offline_metric_through_evaluate_load_by_name(tmp_path, capsys):
+    assert cli_in_process(["metrics", str(tmp_path)], capsys)[0] == 0  # (writes the files; the fresh process reads them)
     code = ("import evaluate\nm = evaluate.load('sacrebleu')\n"
             "r = m.compute(predictions=['the cat sat on the mat'], references=[['the cat sat on the mat']])\n"
             "print(round(r['score'], 1), r['signature'])\n")

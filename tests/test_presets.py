@@ -107,6 +107,14 @@ FRESH_LOADER = textwrap.dedent(
 )
 
 
+def model_dir(root: Path, base: str, preset: str) -> Path:
+    """Where the round trip saves a preset. The directories share their name (``model``), so transformers imports
+    their code, byte for byte the same files, once under one module name, and compares each directory's files with
+    it (a directory whose files differed would be imported on its own); the process then loads every directory's
+    config and weights, not the same code ~50 times over."""
+    return root / f"{base}-{preset}" / "model"
+
+
 @pytest.fixture(scope="module")
 def fresh_process_logits(tmp_path_factory, request):
     """Save every selected preset (all of them unless `-k` chose some), load them all in ONE fresh process that
@@ -120,12 +128,13 @@ def fresh_process_logits(tmp_path_factory, request):
     torch.save(batch, root / "batch.pt")
     for base, preset in [c for c in ROUNDTRIP if c in selected]:
         model = tiny_model(base, preset)
-        d = root / f"{base}-{preset}"
+        d = model_dir(root, base, preset)
         model.save_pretrained(d)
         with torch.no_grad():
             expected[(base, preset)] = model(**batch).logits
         jobs.append({"dir": str(d), "batch": str(root / "batch.pt"), "out": str(d / "fresh_logits.pt")})
-    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(root / "modules"), "PATH": "/usr/bin:/bin"}
+    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(root / "modules"), "PATH": "/usr/bin:/bin",
+           "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", FRESH_LOADER, json.dumps(jobs)], cwd=root, env=env, capture_output=True, text=True
     )
@@ -137,7 +146,7 @@ def fresh_process_logits(tmp_path_factory, request):
 @pytest.mark.parametrize("base,preset", ROUNDTRIP, ids=[f"{b}-{p}" for b, p in ROUNDTRIP])
 def test_hub_format_roundtrip_in_fresh_process(fresh_process_logits, base, preset):
     root, expected = fresh_process_logits
-    d = root / f"{base}-{preset}"
+    d = model_dir(root, base, preset)
     files = {p.name for p in d.iterdir()}
     assert "model.safetensors" in files and "pytorch_model.bin" not in files
     # every modeling file ships (the modules attention_base.py was split into included), flat beside config.json

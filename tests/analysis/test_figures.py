@@ -286,12 +286,12 @@ def test_figure_names_and_flags_are_checked():
 
 
 @pytest.mark.slow
-def test_analyze_command_runs_every_figure(tmp_path, capsys):
-    from training_helpers import bible_pairs, train_tiny, write_jsonl
+def test_analyze_command_runs_every_figure(trained, tmp_path, capsys):
+    """On the session's tiny run (read only: every output goes to tmp_path)."""
+    from training_helpers import bible_pairs, write_jsonl
 
     from hf_attn.cli import main
 
-    trained = train_tiny(tmp_path / "run")
     corpus = write_jsonl(tmp_path / "corpus.jsonl", bible_pairs(20, "test"))
     out = tmp_path / "a.json"
     args = ["analyze", str(trained), "--sentences", "6", "--figures", "all", "--rank-null", str(corpus),

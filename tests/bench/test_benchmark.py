@@ -18,7 +18,9 @@ from hf_attn.bench.results import BenchSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 START, END = BENCHMARK_MARKERS
-TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "50", "--repeats", "1"]
+# one torch thread (the script's default is 2, which on the test workers' busy cores waits at every operator)
+TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "50", "--repeats", "1",
+        "--threads", "1"]
 
 
 @pytest.fixture(scope="module")

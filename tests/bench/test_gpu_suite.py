@@ -26,7 +26,9 @@ def bench():
 @pytest.fixture(scope="module")
 def dry_json(bench, tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
-    run_script(bench, ["--gpu-suite", "--dry-run", "--presets", "rela-g,calibration-gate", "--output", str(out)])
+    # one torch thread (the script's default is 2, which on the test workers' busy cores waits at every operator)
+    run_script(bench, ["--gpu-suite", "--dry-run", "--presets", "rela-g,calibration-gate", "--threads", "1",
+                       "--output", str(out)])
     return out
 
 

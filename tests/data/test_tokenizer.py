@@ -3,12 +3,14 @@ truncated tokenizer is trained again in the cache and is one error line in a run
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from hf_attn.data import get_tokenizer, load_tokenizer
 from hf_attn.data import tokenizer as tokmod
 from hf_attn.errors import HfAttnInputError
-from training_helpers import bible_pairs, cli_in_process, train_tiny
+from training_helpers import bible_pairs, cli_in_process
 
 
 @pytest.mark.parametrize("base", ["marian", "bart"])
@@ -59,8 +61,9 @@ def test_a_corrupt_cached_tokenizer_is_trained_again(tmp_path, damage, capsys):
 
 
 @pytest.mark.slow
-def test_a_corrupt_run_directory_tokenizer_is_one_line(tmp_path, capsys):
-    run = train_tiny(tmp_path / "run")
+def test_a_corrupt_run_directory_tokenizer_is_one_line(trained, tmp_path, capsys):
+    run = tmp_path / "run"  # a copy of the session's run, damaged
+    shutil.copytree(trained, run, ignore=shutil.ignore_patterns("checkpoint-*"))
     (run / "target.spm").write_bytes(b"\x08\x01garbage")
     src = tmp_path / "in.txt"
     src.write_text("Im Anfang war das Wort.\n")

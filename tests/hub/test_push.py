@@ -195,7 +195,8 @@ def test_model_push_to_hub(fake_hub, tmp_path):
     with torch.no_grad():
         expected = model(**batch).logits
     job = [{"dir": str(repo), "batch": str(tmp_path / "batch.pt"), "out": str(tmp_path / "fresh.pt")}]
-    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": "/usr/bin:/bin"}
+    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": "/usr/bin:/bin",
+           "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, "-c", FRESH_LOADER, json.dumps(job)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]

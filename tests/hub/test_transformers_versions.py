@@ -148,13 +148,17 @@ def saved(tmp_path_factory) -> Path:
         torch.manual_seed(seed)
         model = BASES[base].model_class(BASES[base].config_class.from_preset(preset, **config_kwargs(base, preset)))
         perturb(model, seed)
-        model.save_pretrained(root / "dirs" / name)
+        # each directory is named `model` (under its own parent): transformers imports the code of the directory
+        # loads, byte for byte the same files, once under that name (the Hub loads, one module per repo id, still
+        # import it apiece), and compares every directory's files with it
+        local = root / "dirs" / name / "model"
+        model.save_pretrained(local)
         expected[name] = outputs(model)
         repo = root / "hub" / f"models--hf-attn-compat--{name}"
-        shutil.copytree(root / "dirs" / name, repo / "snapshots" / revision)
+        shutil.copytree(local, repo / "snapshots" / revision)
         (repo / "refs").mkdir()
         (repo / "refs" / "main").write_text(revision)
-        models.append({"name": name, "repo_id": f"hf-attn-compat/{name}", "dir": str(root / "dirs" / name)})
+        models.append({"name": name, "repo_id": f"hf-attn-compat/{name}", "dir": str(local)})
     torch.save(expected, root / "expected.pt")
     (root / "job.json").write_text(json.dumps({"expected": str(root / "expected.pt"), "models": models}))
     return root
