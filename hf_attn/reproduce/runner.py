@@ -51,6 +51,8 @@ from .slot import run_converged
 
 RECORD_VERSION = 1
 BUSY_EXIT = 73  # a child found its run directory locked by another matrix's run: that run is not trained twice
+POLL_SECONDS = 0.2  # how often the matrix looks at its children (and at a signal to pass on): a finished run's slot
+# is taken again, and a scheduler's signal reaches the runs, within this time
 
 
 # -------------------------------------------------------------------------------------------------- one run
@@ -212,7 +214,7 @@ def run_matrix(specs: list[RunSpec], runs_dir: Path, output_dir: Path, jobs: int
                 bar.update(1)
                 continue
             running[spec.name] = (_start(spec, runs_dir, output_dir, threads, sentences, average_last), spec)
-        time.sleep(1.0)
+        time.sleep(POLL_SECONDS)
         for name, (proc, spec) in list(running.items()):
             if proc.poll() is None:
                 continue
