@@ -9,13 +9,12 @@ import contextlib
 import json
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 
 import torch
 
-from ..errors import PREEMPTION_SIGNALS, HfAttnInputError, HfAttnPreempted
+from ..errors import HfAttnInputError, HfAttnPreempted
 from ..generation import translate_texts
 from ..modeling import fused
 from ..rundir import load_model_dir, run_pairs
@@ -95,20 +94,20 @@ def averaged_arm(run_dir: Path, n: int) -> tuple[dict, list[str]]:
 @contextlib.contextmanager
 def stop_raises(what: str):
     """While inside, a preemption signal (SIGTERM, SIGINT, SIGUSR1) stops ``what`` with `HfAttnPreempted` (exit code
-    75, the runner's "stopped, resumes"): nothing of it is kept, and the same command does it again."""
-    def stop(signum, frame):
-        raise HfAttnPreempted(f"stopped by {signal.Signals(signum).name} during {what}; nothing of it is kept: run "
-                              "the same command again to do it again and resume the matrix")
+    75, the runner's "stopped, resumes"): nothing of it is kept, and the same command does it again. The handlers
+    are `FirstSignal`'s (main thread only, the previous ones put back), acting at once instead of recording."""
+    from ..training.trainer import FirstSignal
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {n: signal.signal(getattr(signal, n), stop) for n in PREEMPTION_SIGNALS if hasattr(signal, n)}
+    class RaiseOnSignal(FirstSignal):
+        def _handle(self, signum, frame):
+            raise HfAttnPreempted(f"stopped by {signal.Signals(signum).name} during {what}; nothing of it is kept: "
+                                  "run the same command again to do it again and resume the matrix")
+
+    handlers = RaiseOnSignal().install()
     try:
         yield
     finally:
-        for name, handler in previous.items():
-            signal.signal(getattr(signal, name), handler)
+        handlers.restore()
 
 
 def step_zero(spec: RunSpec, runs_dir: Path) -> tuple[dict, list[str]]:
