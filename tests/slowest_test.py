@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-# stated in the README ("no test takes more than 7 minutes"); the slowest test took about 2 minutes on 2 quiet cores
-# (4 minutes on cores shared with other test runs), so a busy machine does not trip it, and a test that grows
+# stated in the README ("no test takes more than 7 minutes"); the slowest test took 65 s on 2 quiet cores
+# (249 s on cores shared with two other test runs), so a busy machine does not trip it, and a test that grows
 # several-fold does
 BOUND_S = 420.0
 
