@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from reproduce.test_seeds import _degrade, _matrix, _record
+from reproduce.test_seeds import _degrade, _matrix, _record, figures_built_not_rendered
 
 from hf_attn.errors import HfAttnInputError
 from hf_attn.report import report as rep
@@ -107,7 +107,7 @@ def _set_device(path, device):
     path.write_text(json.dumps(data))
 
 
-def test_report_states_machines_and_switches_a_complete_group_to_the_cpu(tmp_path):
+def test_report_states_machines_and_switches_a_complete_group_to_the_cpu(tmp_path, monkeypatch):
     out = tmp_path / "results"
     _matrix(out, write=True)  # softmax seeds 1, 2, 3, 7 and rela-g 1, 2, 3 on the CPU; one flagged rela-g run
     for seed in (2, 3):
@@ -126,6 +126,7 @@ def test_report_states_machines_and_switches_a_complete_group_to_the_cpu(tmp_pat
                                                                                  if k != "hypotheses"}))
         (out / "runs" / "machine" / f"{r['name']}.hyp.txt").write_text("\n".join(r["hypotheses"]) + "\n")
     assert len(load_second_records(out)) == 2
+    figures_built_not_rendered(monkeypatch)  # the first report's figures again, with the CPU scores: its text is read
     text = rep.write_report(out, 50).read_text()
     across = text.split("## Across seeds: de->en, 600 steps, marian\n", 1)[1]
     assert "Machine: all 7 runs on" in across.split("##", 1)[0]

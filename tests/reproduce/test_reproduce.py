@@ -1,4 +1,7 @@
-"""`hf-attn reproduce` end to end on a tiny matrix: runs, skip/resume, significance, claims, plots, README block and paper pages."""
+"""`hf-attn reproduce` end to end on a tiny matrix: runs, skip/resume, significance, claims, plots, README block and paper pages.
+
+The matrices here, and their runs, run in the test's process (`reproduce.in_process`): the runs as child processes
+are tested in tests/training/test_preemption.py, tests/reproduce/test_shared_runs_dir.py and the converged slot."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ import math
 
 import pytest
 from conftest import PAD, tiny_batch
-from training_helpers import TINY_ARGS, bible_pairs, cli_in_process, run_cli, write_jsonl
+from reproduce.in_process import reproduce_in_process, runs_in_this_process
+from reproduce.test_seeds import figures_built_not_rendered
+from training_helpers import TINY_ARGS, bible_pairs, cli_in_process, write_jsonl
 
 from hf_attn.docgen.pages import PAPERS
 from hf_attn.plans.matrix import RunSpec, matrix
@@ -23,9 +28,12 @@ pytestmark = pytest.mark.slow
 FLAGS = [*TINY_ARGS, "--eval_steps", "2", "--save_steps", "2"]
 
 
-def _data(tmp_path):
-    train = write_jsonl(tmp_path / "train.jsonl", bible_pairs(160))
-    test = write_jsonl(tmp_path / "test.jsonl", bible_pairs(12, "test"))
+@pytest.fixture(scope="module")
+def data_flags(tmp_path_factory):
+    """The data flags of the module's matrices: 160 training pairs and 12 test pairs, written once."""
+    d = tmp_path_factory.mktemp("data")
+    train = write_jsonl(d / "train.jsonl", bible_pairs(160))
+    test = write_jsonl(d / "test.jsonl", bible_pairs(12, "test"))
     return ["--train_file", str(train), "--validation_file", str(test), "--test_file", str(test)]
 
 
@@ -82,7 +90,7 @@ def test_reproduce_options_hold_the_parsers_defaults():
     assert options == ReproduceOptions(jobs=2, report_only=True, runs_dir="r") and train_args == ["--d_model", "64"]
 
 
-def test_reproduce_end_to_end(tmp_path):
+def test_reproduce_end_to_end(tmp_path, data_flags, capsys, monkeypatch):
     out, runs = tmp_path / "results", tmp_path / "runs"
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- reproduce-headline:start -->\nold\n<!-- reproduce-headline:end -->\ntail\n")
@@ -92,9 +100,10 @@ def test_reproduce_end_to_end(tmp_path):
         (docs / "papers" / f"{page}.md").write_text(f"# {page}\n{PAGE_START}\nold\n{PAGE_END}\ntail\n")
     args = ["reproduce", "--presets", "softmax,rela-g", "--pairs", "de-en", "--steps", "4", "--seeds", "1",
             "--output_dir", str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100",
-            "--threads", "1", "--readme", str(readme), "--docs", str(docs), "--", *FLAGS, *_data(tmp_path)]
-    r = run_cli(args, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+            "--threads", "1", "--readme", str(readme), "--docs", str(docs), "--", *FLAGS, *data_flags]
+    runs_in_this_process(monkeypatch)
+    code, _, err = reproduce_in_process(args, capsys, monkeypatch)
+    assert code == 0, err[-3000:]
     names = sorted(p.name for p in (out / "runs").glob("*.json"))
     assert len(names) == 2 and all(n.startswith("de-en_4steps_seed1_x") for n in names)
     rec = json.loads((out / "runs" / names[0]).read_text())
@@ -128,27 +137,30 @@ def test_reproduce_end_to_end(tmp_path):
     import shutil
 
     shutil.rmtree(runs)
-    r2 = run_cli(args, timeout=600)
-    assert r2.returncode == 0, r2.stderr[-2000:]
-    assert "2 already recorded, 0 to run" in r2.stdout
+    figures_built_not_rendered(monkeypatch)  # the same report again: the first call rendered its figures
+    code, out2, err = reproduce_in_process(args, capsys, monkeypatch)
+    assert code == 0, err[-2000:]
+    assert "2 already recorded, 0 to run" in out2
     assert not runs.exists() or not any(runs.iterdir())
 
 
-def test_reproduce_resumes_a_partial_run(tmp_path):
+def test_reproduce_resumes_a_partial_run(tmp_path, data_flags, capsys, monkeypatch):
     """A run killed after its first checkpoint is resumed by the next `reproduce`, not restarted."""
     out, runs = tmp_path / "results", tmp_path / "runs"
-    spec = RunSpec("softmax", "de", "en", 4, 1, "marian", tuple(FLAGS + _data(tmp_path)))
+    spec = RunSpec("softmax", "de", "en", 4, 1, "marian", tuple(FLAGS + data_flags))
     # a partial run: train 2 of the 4 steps into the run directory, as a killed run would leave it
     partial = spec.train_argv(runs / spec.name, False)
     partial[partial.index("--max_steps") + 1] = "2"
-    r = run_cli(["train", *partial], timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    runs_in_this_process(monkeypatch)
+    code, _, err = reproduce_in_process(["train", *partial], capsys, monkeypatch)
+    assert code == 0, err[-2000:]
     (runs / spec.name / "results.json").unlink()  # killed before the end of the run
-    r = run_cli(["reproduce", "--presets", "softmax", "--pairs", "de-en", "--steps", "4", "--seeds", "1",
-                 "--output_dir", str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100",
-                 "--", *FLAGS, *_data(tmp_path)], timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "resuming " + spec.name in r.stdout
+    code, stdout, err = reproduce_in_process(
+        ["reproduce", "--presets", "softmax", "--pairs", "de-en", "--steps", "4", "--seeds", "1", "--output_dir",
+         str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100", "--", *FLAGS, *data_flags],
+        capsys, monkeypatch)
+    assert code == 0, err[-2000:]
+    assert "resuming " + spec.name in stdout
     log = (runs / f"{spec.name}.log").read_text()
     assert "resuming from" in log and "checkpoint-2" in log
     rec = json.loads((out / "runs" / f"{spec.name}.json").read_text())
@@ -225,13 +237,15 @@ def test_budget_trend_traces_the_gap_over_budgets():
     assert budget_trend(records, sig, "gmm") == ""
 
 
-def test_reproduce_with_bart_on_files(tmp_path):
+def test_reproduce_with_bart_on_files(tmp_path, data_flags, capsys, monkeypatch):
     """The matrix runs BART too (and data files, given after --); the record says which base it trained."""
     out, runs = tmp_path / "results", tmp_path / "runs"
-    r = run_cli(["reproduce", "--presets", "softmax", "--pairs", "de-en", "--steps", "2", "--seeds", "1", "--base", "bart",
-                 "--output_dir", str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100",
-                 "--", *FLAGS, *_data(tmp_path)], timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
+    runs_in_this_process(monkeypatch)
+    code, _, err = reproduce_in_process(
+        ["reproduce", "--presets", "softmax", "--pairs", "de-en", "--steps", "2", "--seeds", "1", "--base", "bart",
+         "--output_dir", str(out), "--runs_dir", str(runs), "--sentences", "4", "--bootstrap", "100", "--", *FLAGS,
+         *data_flags], capsys, monkeypatch)
+    assert code == 0, err[-2000:]
     (path,) = (out / "runs").glob("*.json")
     assert path.name.startswith("bart_de-en_2steps_seed1_")
     rec = json.loads(path.read_text())

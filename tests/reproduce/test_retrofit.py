@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from reproduce.test_seeds import REAL, REFS, _degrade
+from reproduce.test_seeds import REAL, REFS, _degrade, figures_built_not_rendered
 
 from hf_attn.errors import HfAttnInputError
 from hf_attn.plans.matrix import RunSpec
@@ -134,7 +134,7 @@ def _record(out: Path, spec: RunSpec, hyps: list[str], step0: list[str] | None =
     return rec | {"hypotheses": hyps}
 
 
-def test_the_report_section_judges_the_rules_and_keeps_children_out_of_the_groups(tmp_path):
+def test_the_report_section_judges_the_rules_and_keeps_children_out_of_the_groups(tmp_path, monkeypatch):
     cfg = json.loads(COMMITTED.read_text())
     cfg.update(seeds=[1, 2, 3])
     cfg["children"]["presets"] = ["rela-g"]
@@ -159,6 +159,8 @@ def test_the_report_section_judges_the_rules_and_keeps_children_out_of_the_group
     verdicts = {r["claim"].split(":")[0]: r["verdict"] for r in data["rules"]}
     assert verdicts == {"rela-g retrofits": "not met", "rela-g beats scratch": "met"}
     assert "| `softmax` | 1, 2, 3 |" in text and "(control)" in text and (out / "plots" / "retrofit.png").is_file()
+    # the whole report, for its text: its figures are the section's above and the per-seed plots of the seeds tests
+    figures_built_not_rendered(monkeypatch)
     rep.write_report(out, n_samples=200)
     report = (out / "REPORT.md").read_text()
     assert "## Retrofit" in report and "[Retrofit](#retrofit)" in report

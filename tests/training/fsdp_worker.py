@@ -1,8 +1,9 @@
 """One process of the two-process FSDP test (tests/training/test_fsdp.py), launched by `torch.distributed.run` on CPU (gloo).
 
-Shards a tiny hf-attn model with torch's FSDP2 (`fully_shard`), wrapping the layer classes the documentation's FSDP command
-names, trains it a few AdamW steps on one batch per process, gathers the full state dict and saves it with
-`save_pretrained` (rank 0)."""
+For each preset given (comma-separated), one after the other in the same process group: shards a tiny hf-attn model
+with torch's FSDP2 (`fully_shard`), wrapping the layer classes the documentation's FSDP command names, trains it a few
+SGD steps on one batch per process, gathers the full state dict and saves it with `save_pretrained` (rank 0) to
+OUT/<preset>. One launch for every preset: the processes start (and import torch and transformers) once."""
 
 from __future__ import annotations
 
@@ -28,10 +29,16 @@ def overrides(preset: str) -> dict:
     return OVERRIDES if "recurrent" in sites else {}
 
 
-def main(preset: str, wrap: str, out: str) -> None:
+def main(presets: str, wrap: str, out: str) -> None:
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (world,))
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for preset in presets.split(","):
+        train_and_save(preset, wrap, f"{out}/{preset}", mesh)
+    dist.destroy_process_group()
+
+
+def train_and_save(preset: str, wrap: str, out: str, mesh) -> None:
+    rank = dist.get_rank()
     model = tiny_model("marian", preset, **overrides(preset)).train()
     wrapped = [m for m in model.modules() if type(m).__name__ in wrap.split(",")]
     assert wrapped, f"no module of the classes {wrap} in the model"
@@ -53,7 +60,6 @@ def main(preset: str, wrap: str, out: str) -> None:
         assert not unexpected and all("position" in n for n in missing), (missing, unexpected)
         plain.save_pretrained(out)
         print(f"saved {len(state)} tensors to {out}", flush=True)
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

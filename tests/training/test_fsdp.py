@@ -17,7 +17,7 @@ import pytest
 import torch
 from accelerate.utils import FullyShardedDataParallelPlugin
 from conftest import tiny_batch, tiny_model
-from training_helpers import TINY_ARGS, offline_env, run_cli
+from training_helpers import TINY_ARGS, cli_in_process, offline_env
 from transformers import Seq2SeqTrainingArguments
 
 import hf_attn
@@ -66,11 +66,12 @@ def train_like_the_processes(preset: str, steps: int, lr: float, **overrides):
     return model.eval()
 
 
-def launch_fsdp_workers(preset: str, out: Path) -> tuple[int, str, str]:
-    """`torch.distributed.run` with two CPU processes of tests/training/fsdp_worker.py; (exit code, stdout, stderr)."""
+def launch_fsdp_workers(presets: list[str], out: Path) -> tuple[int, str, str]:
+    """`torch.distributed.run` with two CPU processes of tests/training/fsdp_worker.py, which train and save each
+    preset in turn to ``out/<preset>``; (exit code, stdout, stderr)."""
     wrap = ",".join(documented_wrap_classes()["marian"])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(Path(__file__).with_name("fsdp_worker.py")), preset, wrap, str(out)]
+           str(Path(__file__).with_name("fsdp_worker.py")), ",".join(presets), wrap, str(out)]
     env = offline_env(PYTHONPATH=f"{ROOT / 'tests'}{os.pathsep}{ROOT}")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -82,9 +83,20 @@ def launch_fsdp_workers(preset: str, out: Path) -> tuple[int, str, str]:
     return proc.returncode, stdout, stderr
 
 
+FSDP_PRESETS = ["ran-all", "reluformer-no-reg", "reluformer", "calibration-gate"]
+
+
+@pytest.fixture(scope="module")
+def fsdp_launch(tmp_path_factory):
+    """One two-process launch that trains every preset of FSDP_PRESETS (the processes start once, not per preset):
+    (exit code, stdout, stderr, the directory of the presets' saved models)."""
+    out = tmp_path_factory.mktemp("fsdp")
+    return (*launch_fsdp_workers(FSDP_PRESETS, out), out)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", ["ran-all", "reluformer-no-reg", "reluformer", "calibration-gate"])
-def test_fsdp_two_cpu_processes_match_one_process_and_reload(preset, tmp_path):
+@pytest.mark.parametrize("preset", FSDP_PRESETS)
+def test_fsdp_two_cpu_processes_match_one_process_and_reload(preset, fsdp_launch):
     """ran-all: one attention matrix and transition shared by all layers of a stack (owned by the encoder /
     decoder, outside the wrapped layers); reluformer-no-reg: ReLUFormer's attention without its regulariser;
     reluformer and calibration-gate: auxiliary objectives computed inside the sharded layers and gathered in the
@@ -94,9 +106,9 @@ def test_fsdp_two_cpu_processes_match_one_process_and_reload(preset, tmp_path):
     in detached parameters from outside the layers, the layers below the top one would barely move."""
     from . import fsdp_worker
 
-    out = tmp_path / "fsdp"
-    code, stdout, stderr = launch_fsdp_workers(preset, out)
+    code, stdout, stderr, root = fsdp_launch
     assert code == 0, stdout[-2000:] + stderr[-4000:]
+    out = root / preset
     reloaded = type(tiny_model("marian", preset)).from_pretrained(out).eval()
     reference = train_like_the_processes(preset, fsdp_worker.STEPS, fsdp_worker.LR, **fsdp_worker.overrides(preset))
     start = tiny_model("marian", preset, **fsdp_worker.overrides(preset)).state_dict()
@@ -115,20 +127,23 @@ def test_fsdp_two_cpu_processes_match_one_process_and_reload(preset, tmp_path):
 
 
 @pytest.mark.slow
-def test_fsdp_on_cpu_processes_is_one_error_line(tmp_path):
+def test_fsdp_on_cpu_processes_is_one_error_line(tmp_path, capsys, monkeypatch):
+    # (in this process: the flags are checked before any work; TrainingArguments sets this variable for --fsdp, and
+    # the test puts it back)
+    monkeypatch.delenv("FSDP_CPU_RAM_EFFICIENT_LOADING", raising=False)
     fsdp_config = json.dumps({"transformer_layer_cls_to_wrap": documented_wrap_classes()["marian"]})
-    p = run_cli(["train", *TINY_ARGS, "--max_steps", "1", "--fsdp", "--fsdp_config", fsdp_config,
-                 "--output_dir", str(tmp_path / "out")])
-    assert p.returncode == 2, p.stderr[-2000:]
-    assert p.stderr.strip().splitlines()[-1].startswith("hf-attn: error: --fsdp: FSDP needs GPU processes"), p.stderr
+    code, err = cli_in_process(["train", *TINY_ARGS, "--max_steps", "1", "--fsdp", "--fsdp_config", fsdp_config,
+                                "--output_dir", str(tmp_path / "out")], capsys)
+    assert code == 2, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("hf-attn: error: --fsdp: FSDP needs GPU processes"), err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 @pytest.mark.slow
-def test_accelerate_use_fsdp_on_cpu_is_one_error_line(tmp_path):
-    p = run_cli(["train", *TINY_ARGS, "--max_steps", "1", "--output_dir", str(tmp_path / "out")],
-                ACCELERATE_USE_FSDP="true")
-    assert p.returncode == 2 and "FSDP needs GPU processes" in p.stderr, p.stderr[-2000:]
+def test_accelerate_use_fsdp_on_cpu_is_one_error_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch --use_fsdp` sets
+    code, err = cli_in_process(["train", *TINY_ARGS, "--max_steps", "1", "--output_dir", str(tmp_path / "out")], capsys)
+    assert code == 2 and "FSDP needs GPU processes" in err, err[-2000:]
     assert hf_attn  # (imported for the Auto registration in tiny_model's reload)
 
 

@@ -1,5 +1,6 @@
 """Preemption: a signal to a real `hf-attn train` process saves the current step and exits 75; `--resume` then gives
-the losses and weights of an uninterrupted run."""
+the losses and weights of an uninterrupted run. The signalled commands are processes; the runs no signal reaches
+(the uninterrupted reference, a single process's resume, the matrix run again) train in the test's process."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 import time
 
 import pytest
+import torch
+from conftest import kept_threads
 from safetensors.torch import load_file
 from training_helpers import REPO, TINY_ARGS, accelerate_cli, offline_env
 
@@ -23,9 +26,15 @@ ARGS = ["train", "--preset", "reluformer", *TINY_ARGS, "--max_steps", str(STEPS)
         "--eval_steps", "1000"]
 
 
-def _train(out, *extra, timeout=300):
-    return subprocess.run([sys.executable, "-m", "hf_attn.cli", *ARGS, "--output_dir", str(out), *extra], cwd=REPO,
-                          env=offline_env(), capture_output=True, text=True, timeout=timeout)
+def _train(out, *extra) -> int:
+    """`hf-attn train` of ARGS in this process, on one thread as the signalled processes train: a run that needs no
+    signal needs no interpreter of its own (the resumed run starts from the checkpoint's RNG and data state, not
+    from the process's)."""
+    from hf_attn.cli import main
+
+    with kept_threads():
+        torch.set_num_threads(1)
+        return main([*ARGS, "--output_dir", str(out), *extra])
 
 
 def _start(cmd, out_log):
@@ -51,8 +60,7 @@ def _losses(out):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference") / "run"
-    r = _train(out)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert _train(out) == 0
     return out
 
 
@@ -74,8 +82,7 @@ def test_a_signal_saves_the_step_and_resume_is_exact(tmp_path, uninterrupted, si
     ckpts = sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-"))
     assert ckpts == [f"checkpoint-{step}"] and not (out / ".tmp-checkpoint").exists()
 
-    r = _train(out, "--resume")
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert _train(out, "--resume") == 0
     want, got = load_file(uninterrupted / "model.safetensors"), load_file(out / "model.safetensors")
     assert want.keys() == got.keys()
     for name in want:
@@ -128,18 +135,22 @@ def test_two_processes_stop_at_the_same_step_and_resume_exactly(tmp_path):
     assert all(resumed[s] == ref[s] for s in resumed if s > step) and max(resumed) == STEPS
 
 
-def test_reproduce_passes_the_signal_on_and_resumes(tmp_path):
+def test_reproduce_passes_the_signal_on_and_resumes(tmp_path, capsys, monkeypatch):
     """SIGTERM to `hf-attn reproduce`: the running run saves a checkpoint, no new run starts, exit 75; the same
     command then finishes the matrix from that checkpoint."""
+    from reproduce.in_process import reproduce_in_process, runs_in_this_process
     from training_helpers import bible_pairs, write_jsonl
 
     train = write_jsonl(tmp_path / "train.jsonl", bible_pairs(160))
     test = write_jsonl(tmp_path / "test.jsonl", bible_pairs(8, "test"))
-    cmd = [sys.executable, "-m", "hf_attn.cli", "reproduce", "--presets", "softmax,rela-g", "--pairs", "de-en",
-           "--steps", "300", "--seeds", "1", "--output_dir", str(tmp_path / "results"), "--runs_dir",
-           str(tmp_path / "runs"), "--sentences", "4", "--bootstrap", "100", "--threads", "1", "--",
-           *TINY_ARGS, "--save_steps", "1000", "--eval_steps", "1000", "--train_file", str(train),
-           "--validation_file", str(test), "--test_file", str(test)]
+    # batches of 2: the cheapest steps; 100 of them leave the signal seconds to arrive before the run would end (the
+    # matrix passes it on within `runner.POLL_SECONDS`)
+    args = ["reproduce", "--presets", "softmax,rela-g", "--pairs", "de-en", "--steps", "100", "--seeds", "1",
+            "--output_dir", str(tmp_path / "results"), "--runs_dir", str(tmp_path / "runs"), "--sentences", "4",
+            "--bootstrap", "100", "--threads", "1", "--", *TINY_ARGS, "--per_device_train_batch_size", "2",
+            "--save_steps", "1000", "--eval_steps", "1000", "--train_file", str(train), "--validation_file", str(test),
+            "--test_file", str(test)]
+    cmd = [sys.executable, "-m", "hf_attn.cli", *args]
     log = tmp_path / "log.txt"
     with open(log, "w") as fh:
         proc = _start(cmd, fh)
@@ -157,7 +168,9 @@ def test_reproduce_passes_the_signal_on_and_resumes(tmp_path):
     run_dir = tmp_path / "runs" / run_log.stem
     assert [p.name for p in run_dir.iterdir() if p.name.startswith("checkpoint-")]
     assert len(list((tmp_path / "runs").glob("*.log"))) == 1  # the second run never started
-    again = subprocess.run(cmd, cwd=REPO, env=offline_env(), capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"resuming {run_log.stem}" in again.stdout + again.stderr
+    # the same command again, in this process, its runs too (`reproduce.in_process`): the resume needs no process
+    runs_in_this_process(monkeypatch)
+    code, out, err = reproduce_in_process(args, capsys, monkeypatch)
+    assert code == 0, err[-3000:]
+    assert f"resuming {run_log.stem}" in out + err
     assert len(list((tmp_path / "results" / "runs").glob("*.json"))) == 2

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import tiny_config, tiny_model
-from training_helpers import TINY_ARGS, cli_in_process, run_cli
+from training_helpers import TINY_ARGS, cli_in_process
 
 from hf_attn.errors import HfAttnInputError
 from hf_attn.training.checkpoints import average_last_checkpoints
@@ -80,13 +80,14 @@ def test_gmm_gate_starts_at_its_init():
 
 
 @pytest.mark.slow
-def test_a_run_records_its_recipe(tmp_path):
+def test_a_run_records_its_recipe(tmp_path, one_thread):
+    from hf_attn.cli import main
+
     out = tmp_path / "run"
     tiny = [a for i, a in enumerate(TINY_ARGS) if "--learning_rate" not in TINY_ARGS[max(i - 1, 0):i + 1]]
-    r = run_cli(["train", "--preset", "gmm", *tiny, "--max_steps", "5", "--save_steps", "2", "--eval_steps", "2",
+    assert main(["train", "--preset", "gmm", *tiny, "--max_steps", "5", "--save_steps", "2", "--eval_steps", "2",
                  "--init_scheme", "xavier", "--max_grad_norm", "0", "--average_checkpoints", "3",
-                 "--warmup_steps", "4", "--noam_factor", "2", "--length_penalty", "0.6", "--output_dir", str(out)])
-    assert r.returncode == 0, r.stderr[-2000:]
+                 "--warmup_steps", "4", "--noam_factor", "2", "--length_penalty", "0.6", "--output_dir", str(out)]) == 0
     run = json.loads((out / "results.json").read_text())
     tr = run["training"]
     assert tr["init_scheme"] == "xavier" and tr["max_grad_norm"] == 0 and tr["noam_factor"] == 2
