@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import importlib.util
 import os
@@ -118,6 +119,22 @@ def tiny_config(base: str, preset: str = "softmax", **overrides):
 def tiny_model(base: str, preset: str = "softmax", seed: int = 0, **overrides):
     torch.manual_seed(seed)
     return BASES[base].model_class(tiny_config(base, preset, **overrides)).eval()
+
+
+_BUILT: dict = {}
+
+
+def cached_tiny_model(base: str, preset: str = "softmax", seed: int = 0, **overrides):
+    """`tiny_model`, built once per session for each set of arguments and handed out as a deep copy (a third of a
+    build's time), with torch's random state set as that build left it: the model and every random draw after it are
+    a fresh build's. Only for tests that patch nothing a build reads (environment, classes): they call `tiny_model`."""
+    key = (base, preset, seed, repr(sorted(overrides.items())))
+    if key not in _BUILT:
+        model = tiny_model(base, preset, seed, **overrides)
+        _BUILT[key] = (model, torch.get_rng_state())
+    model, rng = _BUILT[key]
+    torch.set_rng_state(rng)
+    return copy.deepcopy(model)
 
 
 def vanilla_model(base: str, seed: int = 0):

@@ -5,10 +5,9 @@ cards' Citation block, the presets and `hf-attn presets --verbose` / `--bibtex`.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
+import runpy
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -132,7 +131,7 @@ def test_citation_cff_is_cff_1_2_0_of_hf_attn_and_its_papers():
 
 
 @pytest.mark.slow
-def test_the_citations_command_rewrites_a_changed_citation(tmp_path, monkeypatch):
+def test_the_citations_command_rewrites_a_changed_citation(tmp_path, monkeypatch, capsys):
     for name in (*citation_docs.TABLE_FILES, "CITATION.cff",
                  *(f"docs/papers/{n}.md" for n, _ in PAPERS.values())):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -159,9 +158,16 @@ def test_the_citations_command_rewrites_a_changed_citation(tmp_path, monkeypatch
     page_path.write_text("# GMM\n")
     with pytest.raises(HfAttnInputError, match="gmm.md: no block between <!-- citation:start -->"):
         citation_docs.write_citations(tmp_path)
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "write_citations.py"), "--root", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "citation:start" in proc.stderr, proc.stderr
+    # the script as a program (its __main__ block, in this process: a fresh interpreter would only import the
+    # package again), on the package's own citations
+    monkeypatch.undo()
+    script = ROOT / "scripts" / "write_citations.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--root", str(tmp_path)])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(script), run_name="__main__")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and "citation:start" in err, err
 
 
 # ------------------------------------------------------------------------------ the model cards and the CLI

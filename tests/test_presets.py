@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_batch, tiny_model
+from conftest import cached_tiny_model as tiny_model  # (a copy of a session build: nothing here patches a build)
+from conftest import tiny_batch
 
 import hf_attn
 import hf_attn.modeling

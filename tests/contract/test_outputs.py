@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_batch, tiny_model
+from conftest import cached_tiny_model as tiny_model  # (a copy of a session build: nothing here patches a build)
+from conftest import tiny_batch
 
 import hf_attn
 

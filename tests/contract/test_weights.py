@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import EOS, PAD, tiny_batch, tiny_model
+from conftest import EOS, PAD, tiny_batch
+from conftest import cached_tiny_model as tiny_model  # (a copy of a session build: the faults patch after it)
 
 import hf_attn
 from hf_attn.modeling.attention_positional import positional_softmax

@@ -24,7 +24,8 @@ import copy
 
 import pytest
 import torch
-from conftest import BASE_DEFAULTS, EOS, TINY, VOCAB, tiny_batch, tiny_config, tiny_model
+from conftest import BASE_DEFAULTS, EOS, TINY, VOCAB, tiny_batch, tiny_config
+from conftest import cached_tiny_model as tiny_model  # (a copy of a session build: nothing here patches a build)
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -95,10 +96,16 @@ def assert_same(got, want, path="output"):
         assert got == want, path
 
 
+_STOCK_BUILT: dict = {}
+
+
 def stock_model(base):
-    """The stock model of the tiny sizes (its outputs are what hf-attn's must look like)."""
-    config_cls, model_cls = STOCK[base]
-    return model_cls(config_cls(**{**TINY, **BASE_DEFAULTS[base]}, attn_implementation="eager")).eval()
+    """The stock model of the tiny sizes (its outputs are what hf-attn's must look like): a copy of one build per
+    base (its random weights are never compared, only its outputs' fields)."""
+    if base not in _STOCK_BUILT:
+        config_cls, model_cls = STOCK[base]
+        _STOCK_BUILT[base] = model_cls(config_cls(**{**TINY, **BASE_DEFAULTS[base]}, attn_implementation="eager")).eval()
+    return copy.deepcopy(_STOCK_BUILT[base])
 
 
 def training_model(base, preset, **overrides):

@@ -167,7 +167,8 @@ def test_triton_calibration_fixed_softmax_and_weights_stay_eager(monkeypatch):
 
 def run_training(monkeypatch, mode, **overrides):
     monkeypatch.setenv("HF_ATTN_KERNELS", mode)
-    model = tiny_model("marian", "calibration-gate", **SMALL, **overrides).train()
+    # one decoder layer: one calibrated cross-attention (both passes), half the interpreted kernel launches
+    model = tiny_model("marian", "calibration-gate", decoder_layers=1, **SMALL, **overrides).train()
     seen = kernel_calls(monkeypatch)
     out = model(**tiny_batch(batch=2))
     theta, phi = [], []
@@ -200,7 +201,8 @@ def test_triton_calibration_dropout_in_the_model_is_reproducible_and_active(monk
     gradients) and changes the output (it is applied)."""
     def loss(seed, p):
         monkeypatch.setenv("HF_ATTN_KERNELS", "triton")
-        model = tiny_model("marian", "calibration-fixed", attention_dropout=p, **SMALL).train()
+        # one decoder layer: one calibrated cross-attention, half the kernel launches of two under the interpreter
+        model = tiny_model("marian", "calibration-fixed", attention_dropout=p, decoder_layers=1, **SMALL).train()
         torch.manual_seed(seed)
         out = model(**tiny_batch(batch=2))
         out.loss.backward()

@@ -172,7 +172,8 @@ def test_forward_asking_for_maps_runs_eager_then_restores(monkeypatch, ask):
 def test_forced_triton_reaches_every_module(monkeypatch, test_device):
     """Without a request for maps, the forced mode reaches the predicate in every module (CPU: the interpreter)."""
     monkeypatch.setenv(fused.KERNELS_ENV, "triton")
-    model = tiny_model("marian", "rela-g").to(test_device)
+    # two heads (of 16 dimensions): half the interpreted kernel programs of four
+    model = tiny_model("marian", "rela-g", encoder_attention_heads=2, decoder_attention_heads=2).to(test_device)
     seen = spy_on_decisions(monkeypatch, model)
     with torch.no_grad():
         model(**{k: v.to(test_device) for k, v in tiny_batch().items()})
@@ -207,11 +208,13 @@ def test_triton_kernel_runs_on_the_test_device(test_device):
 def test_a_call_the_kernel_cannot_take_runs_eager_and_is_recorded_eager(preset, variant):
     """Kernels forced on, a head of 136 dimensions (the ReLU kernel takes at most 128): the call falls back to the
     eager path and the recorded decision says "eager", as the runs' `attention_path` and the GPU suite's kernel table
-    read it; heads of 16 dimensions take the kernel."""
+    read it; heads of 16 dimensions take the kernel (one layer per site and two heads here: the fewest
+    interpreted kernel programs)."""
     batch = tiny_batch()
     paths = {}
-    for name, sizes in {"fits": {}, "too wide": dict(d_model=136, encoder_attention_heads=1,
-                                                     decoder_attention_heads=1)}.items():
+    one_layer = dict(encoder_layers=1, decoder_layers=1)
+    for name, sizes in {"fits": dict(encoder_attention_heads=2, decoder_attention_heads=2, **one_layer),
+                        "too wide": dict(d_model=136, encoder_attention_heads=1, decoder_attention_heads=1)}.items():
         model = tiny_model("marian", preset, attention_kernels="triton", **sizes).train()
         with fused.record_paths() as trace:
             model(**batch)
