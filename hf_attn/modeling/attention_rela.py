@@ -157,8 +157,8 @@ class RelaAttention(VariantAttention):
                                               dropout=self.attn_dropout, scale=self.scaling)
             return out, None
         if use_blocks(q.shape[2], k.shape[2], self.chunk, ctx.output_attentions):  # long inputs
-            out, _, _ = blockwise_relu_attention(q * self.scaling, k, v, keep, activation=self.activation,
-                                                 slope=self.leaky_slope, dropout=self.attn_dropout, chunk=self.chunk)
+            out, _, _ = blockwise_relu_attention(q, k, v, keep, activation=self.activation, slope=self.leaky_slope,
+                                                 dropout=self.attn_dropout, chunk=self.chunk, scale=self.scaling)
             return out, None
         # Eq. 3: relu(q k^T / sqrt(dh)), then the multiplicative 0/1 mask; scale and activation run in place on the
         # fresh product (autograd keeps q and k for it, not the product)

@@ -73,22 +73,22 @@ def reluformer_attention(q, k, v, keep, *, scaling, gamma=1.0, scale=True, dropo
     """
     n = visible_keys(keep)
     nf = n.clamp(min=1).float()
-    # relu(c x) = c relu(x) for c > 0: the per-query factor is folded into q (one [B,H,T,dh] product)
-    if scale:  # Eq. 6: the variance reduction factor gamma * sqrt(n/2): scaling / (gamma sqrt(n/2))
-        q = q * nf.rsqrt().mul_(scaling * math.sqrt(2.0) / gamma).to(q.dtype)
-    else:
-        q = q * scaling
+    # relu(c x) = c relu(x) for c > 0: the per-query factor scales q (the block-wise kernel applies it to each
+    # block's query rows as it gathers them: no [B,H,T,dh] product). Eq. 6: the variance reduction factor
+    # gamma * sqrt(n/2), as scaling / (gamma sqrt(n/2))
+    factor = nf.rsqrt().mul_(scaling * math.sqrt(2.0) / gamma).to(q.dtype) if scale else scaling
     weights = None
     blocks = use_blocks(q.shape[2], k.shape[2], chunk, need_weights)
     if fused and not need_weights and triton_supports(q, k, keep):  # Eq. 5-7 in one fused kernel, any length
-        ctx, raw_total, s_log_s = triton_relu_attention(q, k, v, keep, dropout=dropout, stats=stats)
+        ctx, raw_total, s_log_s = triton_relu_attention(q * factor, k, v, keep, dropout=dropout, stats=stats)
     elif blocks or stats and not need_weights:
         # the kernel of `attention_blockwise` with its gradient written out: block-wise for long inputs, else one
         # block (the statistics' half dozen [B,H,T,S] passes and their autograd nodes fused)
         chunk = chunk if blocks else max(q.shape[2], k.shape[2])
-        ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=stats)
+        ctx, raw_total, s_log_s = blockwise_relu_attention(q, k, v, keep, dropout=dropout, chunk=chunk, stats=stats,
+                                                           scale=factor)
     else:
-        scores = torch.matmul(q, k.transpose(-1, -2))
+        scores = torch.matmul(q * factor, k.transpose(-1, -2))
         with float32_autocast_off(scores):
             # Eq. 5-6: relu (in place on the fresh product), multiplicative 0/1 mask, no -inf anywhere
             s = keep.zero_hidden(scores.relu_().float())

@@ -117,6 +117,51 @@ def test_dropout_rate_and_scale():
     assert not torch.equal(weights, again)  # a fresh seed per call
 
 
+def _head_split(b, t, h, d, seed):
+    """[B,T,H*dh] leaves, and q, k, v as the projections hand them to attention: ``[B,H,T,dh]`` transposed views."""
+    projections = leaves(*[(b, t, h * d)] * 3, seed=seed)
+    return projections, [x.view(b, t, h, d).transpose(1, 2) for x in projections]
+
+
+@pytest.mark.parametrize("chunk", [4, 16], ids=["blocks", "one-block"])
+def test_a_scale_applied_by_the_kernel_equals_a_scaled_q(chunk):
+    """``scale`` (ReLA's number, ReLUFormer's per-query factor ``[1,1,T,1]``), applied to each block's query rows as
+    they are gathered, gives the values and gradients of q handed over scaled."""
+    t = 13
+    keep = KeepMask(t, t, causal=True)
+    for scale in (0.3, torch.rand(1, 1, t, 1, generator=torch.Generator().manual_seed(4)) + 0.5):
+        projections, (q, k, v) = _head_split(2, t, 3, 8, seed=1)
+        got = bw.blockwise_relu_attention(q, k, v, keep, chunk=chunk, stats=True, scale=scale)
+        want = bw.blockwise_relu_attention(q * scale, k, v, keep, chunk=chunk, stats=True)
+        for x, y in zip(got, want):
+            torch.testing.assert_close(x, y, **TOL)
+        loss = [sum(o.square().sum() for o in outs) for outs in (got, want)]
+        for x, y in zip(*(torch.autograd.grad(value, projections) for value in loss)):
+            torch.testing.assert_close(x, y, **TOL)
+
+
+def test_the_kernel_keeps_no_copy_of_q_k_v_and_sums_in_the_projections_layout():
+    """Memory (attention_blockwise's docstring): a block-wise pass saves for backward the head-split views it was
+    given, as SDPA does, not copies (a scaled q, contiguous k and v: three [B,H,T,dh] tensors per call); its output
+    and the gradients of q, k, v come laid out [B,T,H,dh], so merging the heads and handing the gradients back to
+    the projections copy nothing."""
+    b, t, h, d = 2, 40, 3, 8
+    projections, (q, k, v) = _head_split(b, t, h, d, seed=2)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda x: saved.append(x) or x, lambda x: x):
+        out, total, s_log_s = bw.blockwise_relu_attention(q, k, v, KeepMask(t, t, causal=True), chunk=16, stats=True,
+                                                          scale=torch.rand(1, 1, t, 1) + 0.5)
+    big = [x for x in saved if x.numel() >= b * t * h * d]
+    assert [x.untyped_storage().data_ptr() for x in big] == [x.untyped_storage().data_ptr() for x in projections]
+    merged = out.transpose(1, 2).reshape(b, t, h * d)
+    assert merged.data_ptr() == out.data_ptr()  # a view
+    layouts = {}
+    for name, x in zip("qkv", (q, k, v)):
+        x.register_hook(lambda grad, name=name: layouts.__setitem__(name, grad.transpose(1, 2).is_contiguous()))
+    (merged.square().sum() + total.sum() + s_log_s.sum()).backward()
+    assert layouts == {"q": True, "k": True, "v": True}
+
+
 def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
