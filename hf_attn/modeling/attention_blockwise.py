@@ -261,8 +261,11 @@ class _BlockwiseReluAttention(torch.autograd.Function):
             return out, (total if opts.stats else q.new_zeros(0)), (s_log_s if opts.stats else q.new_zeros(0))
         wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
         out = _heads_last(b, h, t, v.shape[-1], wide, q.device)
-        total = torch.zeros(b, h, t, dtype=wide, device=q.device) if opts.stats else q.new_zeros(0)
-        s_log_s = torch.zeros_like(total)
+        # the two row sums share one allocation (one block of memory kept for L_reg's backward, not two)
+        if opts.stats:
+            total, s_log_s = torch.zeros(2, b, h, t, dtype=wide, device=q.device)
+        else:
+            total, s_log_s = q.new_zeros(0), q.new_zeros(0)
         scratch = _Scratch()
         for q0, q1, keys in queries:
             rows = scratch.gather("q", q[:, :, q0:q1], _rows(scale, q0, q1))
