@@ -54,8 +54,15 @@ def test_the_bound_reads_the_environment(monkeypatch):
         slowest_test.bound_s()
 
 
-def test_conftest_registers_the_hooks():
+def test_conftest_registers_the_hooks(monkeypatch):
     import conftest
 
-    for hook in ("pytest_runtest_logreport", "pytest_terminal_summary", "pytest_sessionfinish"):
+    for hook in ("pytest_runtest_logreport", "pytest_terminal_summary"):
         assert getattr(conftest, hook) is getattr(slowest_test, hook)
+    # conftest's own session-finish hook (which also unfreezes the garbage collector) hands on to the bound's
+    monkeypatch.setattr(slowest_test, "SLOWEST", SlowestTest(bound=1))
+    monkeypatch.setattr(conftest.gc, "unfreeze", lambda: None)  # (the rest of this run stays frozen)
+    slowest_test.pytest_runtest_logreport(report("t.py::slow", 2))
+    controller = SimpleNamespace(config=SimpleNamespace(), exitstatus=0)
+    conftest.pytest_sessionfinish(controller, 0)
+    assert controller.exitstatus == 1
