@@ -118,6 +118,12 @@ def _rows(scale, q0: int, q1: int):
     return scale[:, :, q0:q1] if isinstance(scale, torch.Tensor) else scale
 
 
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    """``dtype`` if it is a floating type of 32 bits or more, else float32 (torch.promote_types with float32, without
+    a call the profiler and the operator counts see)."""
+    return dtype if dtype.is_floating_point and dtype.itemsize >= 4 else torch.float32
+
+
 def _heads_last(b: int, h: int, t: int, d: int, dtype, device) -> torch.Tensor:
     """Zeros ``[B,H,T,d]`` laid out ``[B,T,H,d]``, as the head-split projections are (merging heads: a view)."""
     return torch.zeros(b, t, h, d, dtype=dtype, device=device).transpose(1, 2)
@@ -191,7 +197,7 @@ def _scores(q, k, keep, q0, q1, k0, k1, opts, scratch):
     relu runs in place (a is x): its backward reads a alone."""
     x = scratch.matmul("scores", q, k.transpose(-1, -2))
     if opts.float32:
-        x = scratch.cast("scores32", x, torch.promote_types(x.dtype, torch.float32))
+        x = scratch.cast("scores32", x, _wide(x.dtype))
     a = x.relu_() if opts.activation == "relu" else activate(x, opts.activation, opts.slope)
     mask = keep.block(q0, q1, k0, k1, device=q.device)
     return x, (a if mask is None else a.mul_(mask)), mask
@@ -259,7 +265,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
             out, total, s_log_s = _block_outputs(a, v, opts, 0, fresh)
             ctx.save_for_backward(q, k, v, scale_tensor, a, None if x is a else x, mask)
             return out, (total if opts.stats else q.new_zeros(0)), (s_log_s if opts.stats else q.new_zeros(0))
-        wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
+        wide = _wide(q.dtype)  # accumulators: float32 at least
         out = _heads_last(b, h, t, v.shape[-1], wide, q.device)
         # the two row sums share one allocation (one block of memory kept for L_reg's backward, not two)
         if opts.stats:
@@ -301,7 +307,7 @@ class _BlockwiseReluAttention(torch.autograd.Function):
     @staticmethod
     def _sum_block_grads(q, k, v, scale, keep, grads, opts):
         """(dq, dk, dv) summed over the blocks, each block's scores recomputed; dq of the scaled q."""
-        wide = torch.promote_types(q.dtype, torch.float32)  # accumulators: float32 at least
+        wide = _wide(q.dtype)  # accumulators: float32 at least
         dq, dk, dv = (_heads_last(*x.shape, wide, x.device) for x in (q, k, v))
         scratch = _Scratch()
         for q0, q1, keys in _query_blocks(keep, q.shape[2], k.shape[2], opts.chunk):
