@@ -19,6 +19,7 @@ from pathlib import Path
 from ..bench.results import BenchmarkResult, NotABenchmarkResult, load_result
 from ..io_utils import dumps_strict
 from .claims import claims_section
+from .converged_report import converged_section
 from .experiments import experiments_section, load_experiments
 from .machines import load_second_records, machine_effect_section, one_kind_per_group
 from .paper_pages import update_paper_pages
@@ -144,6 +145,9 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     md = _introduction(records + retrofits, plan, command, n_samples)
     across_md, across = across_seeds_sections(output_dir, records, seed_cmp, order)
     summary = {"setups": {}, "significance": sig, "across_seeds": across}
+    converged_md, converged = converged_section(output_dir, records, seed_cmp) or ([], None)
+    if converged is not None:  # the converged matrix's group (`converged.json`), once its pilot has set the budget
+        summary["converged"] = converged
     experiments_md = []
     if experiments:
         experiments_md, summary["experiments"] = experiments_section(experiments, records, seed_cmp, n_samples,
@@ -159,7 +163,7 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
         ("Per-seed detail", "per-seed-detail"))
         if (experiments or a != "recipe-sensitivity") and (retrofit_md or a != "retrofit")), ""]
     md += experiments_md + claims_md + retrofit_md
-    md += ['<a id="across-seeds"></a>', ""] + across_md + machine_md
+    md += ['<a id="across-seeds"></a>', ""] + across_md + converged_md + machine_md
     md += ['<a id="per-seed-detail"></a>', ""] + detail_md
     md += ["## Signatures", ""] + sorted({f"- BLEU `{r['results']['bleu_signature']}`, chrF `{r['results']['chrf_signature']}`"
                                          for r in records if r.get("results")}) + [""]

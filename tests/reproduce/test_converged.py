@@ -207,3 +207,8 @@ def test_the_slot_command_on_a_tiny_matrix(tmp_path):
     md, data = converged_section(results, load_records(results), SeedComparisons(results, 100))
     assert data["budget"] == 2 and len(data["arms"]) == 2 and "not converged by the rule" in "\n".join(md)
     assert (results / "plots" / "converged_bleu_curves.png").stat().st_size > 0
+    from hf_attn.report.report import write_report
+
+    report = write_report(results, n_samples=100).read_text()  # the report carries the group, after Across seeds
+    assert report.index("## Across seeds: converged, ") > report.index('<a id="across-seeds"></a>')
+    assert json.loads((results / "report.json").read_text())["converged"]["budget"] == 2
