@@ -81,9 +81,10 @@ def test_converted_languages_come_from_the_card_else_the_tokenizer(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["not-empty", "no-tokenizer", "no-source", "hub-offline"])
+@pytest.mark.parametrize("case", ["not-empty", "no-tokenizer", "no-source", "hub-offline", "source-file",
+                                  "tokenizer-missing", "tokenizer-hub-offline"])
 def test_convert_misuse_is_one_line(case, trained, tmp_path, capsys):
-    src, out = str(trained), tmp_path / "out"
+    src, out, flags = str(trained), tmp_path / "out", []
     if case == "not-empty":
         out.mkdir()
         (out / "x").write_text("x")
@@ -94,13 +95,23 @@ def test_convert_misuse_is_one_line(case, trained, tmp_path, capsys):
             (src / name).write_bytes((trained / name).read_bytes())
     elif case == "hub-offline":
         src = "Helsinki-NLP/opus-mt-de-en"  # the tests run with HF_HUB_OFFLINE=1
+    elif case == "source-file":
+        src = trained / "config.json"
+    elif case == "tokenizer-missing":
+        flags = ["--tokenizer", str(tmp_path / "missing")]
+    elif case == "tokenizer-hub-offline":
+        flags = ["--tokenizer", "Helsinki-NLP/opus-mt-de-en"]
     else:
         src = str(tmp_path / "missing")
     started = time.time()
-    code, err = cli_in_process(["convert", str(src), str(out), "--preset", "gmm"], capsys)
+    code, err = cli_in_process(["convert", str(src), str(out), "--preset", "gmm", *flags], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
     expected = {"not-empty": "exists and is not empty", "no-tokenizer": "holds no tokenizer files",
-                "no-source": "no such model directory", "hub-offline": "the Hub is offline"}[case]
+                "no-source": "no such model directory", "hub-offline": "the Hub is offline",
+                "source-file": "a file, not a model directory", "tokenizer-missing": "--tokenizer '",
+                "tokenizer-hub-offline": "the Hub is offline"}[case]
+    if case == "tokenizer-missing":
+        assert "no such directory; give a directory with tokenizer files" in err
     assert expected in err and "NoneType" not in err
     assert time.time() - started < 40  # at once, not after the Hub client's retries
 

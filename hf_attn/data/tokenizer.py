@@ -123,6 +123,10 @@ def load_tokenizer(path: str | os.PathLike):
             raise ValueError("an empty vocabulary")
     except Exception as e:  # noqa: BLE001 - sentencepiece, tokenizers and json raise many kinds; name the cause
         why = (str(e).strip().splitlines() or [type(e).__name__])[0][:150]
+        if not Path(path).expanduser().is_dir():  # a Hub id: offline, unreachable, unknown or not cached
+            raise HfAttnInputError(f"the tokenizer {str(path)!r} cannot be loaded ({type(e).__name__}: {why}); it is "
+                                   "not a local directory: download it where the Hub is reachable (`hf download "
+                                   f"{path} --local-dir DIR`) and give DIR") from None
         raise HfAttnInputError(f"the tokenizer in {str(path)!r} cannot be read ({type(e).__name__}: {why}); its files "
                                "are truncated or corrupt: restore them, or delete the directory's tokenizer files "
                                "and train again") from None

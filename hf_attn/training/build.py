@@ -12,7 +12,7 @@ from ..errors import HfAttnInputError
 from ..modeling import PRESETS
 from ..modeling.bases import BASES, base_of
 from .args import MODEL_DEFAULTS
-from .convert import swapped_model
+from .convert import check_source, swapped_model
 
 
 def configure_generation(model, tokenizer, base: str, num_beams: int, length_penalty: float, max_length: int) -> None:
@@ -129,8 +129,14 @@ def run_tokenizer(hargs, targs, out_dir: Path, corpus, base: str):
         tokenizer, tok_source = load_tokenizer(out_dir), str(out_dir)
     elif hargs.tokenizer_name or hargs.init_from:
         tok_source = hargs.tokenizer_name or hargs.init_from
+        flag = "--tokenizer_name" if hargs.tokenizer_name else "--init_from"
+        check_source(tok_source, f"{flag} {tok_source!r}", "directory",
+                     "give a directory with tokenizer files, or a Hub id (user/name)" if hargs.tokenizer_name else
+                     "give a trained model directory (with its tokenizer files), or a Hub id (user/name)", hub=False)
         try:
             tokenizer = load_tokenizer(tok_source)
+        except HfAttnInputError:
+            raise  # already one line naming the directory
         except (OSError, ValueError) as e:
             raise HfAttnInputError(f"cannot load a tokenizer from {tok_source!r} ({str(e).splitlines()[0][:150]}); "
                                    "give a directory with tokenizer files") from None

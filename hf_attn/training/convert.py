@@ -37,6 +37,25 @@ def swapped_model(source: str, preset: str, tokenizer, label: str, **overrides):
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "source.spm", "vocab.json", "sentencepiece.bpe.model")
 
 
+def _a_path(name: str) -> bool:
+    """Whether ``name`` can only be a local path (absolute, relative with ``.``/``~``, or more than one ``/``),
+    never a Hub id (user/name)."""
+    return Path(name).expanduser().is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
+
+
+def check_source(name: str, label: str, what: str, fix: str, hub: bool = True) -> None:
+    """A model or tokenizer source must be a directory or a Hub id: a path that is missing or a file is one line
+    starting with ``label`` (the flag and value the user gave) and ending with ``fix``, before transformers tries it
+    as a Hub id; with ``hub``, a Hub id must also be reachable (`check_hub`)."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return
+    if _a_path(name) or path.exists():
+        raise HfAttnInputError(f"{label}: {'a file, not a' if path.exists() else 'no such'} {what}; {fix}")
+    if hub:
+        check_hub(name)
+
+
 def check_hub(repo_id: str, timeout: float = 5.0) -> None:
     """A Hub id must be reachable before anything is loaded: offline (HF_HUB_OFFLINE=1) or unreachable within
     ``timeout`` seconds, one line at once, instead of transformers' retries (about a minute) and a misleading
@@ -81,9 +100,9 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
     save model, tokenizer (from ``tokenizer``, default ``source``) and card to ``output_dir`` (new or empty)."""
     check_preset(preset)
     local = Path(source).expanduser()
-    if not local.is_dir() and (local.is_absolute() or source.startswith((".", "~")) or source.count("/") > 1):
-        raise HfAttnInputError(f"{source!r}: no such model directory; give a Marian/BART or hf-attn model directory "
-                               "or Hub id (user/name)")
+    if not local.is_dir() and (_a_path(source) or local.exists()):
+        check_source(source, repr(source), "model directory",
+                     "give a Marian/BART or hf-attn model directory or Hub id (user/name)")
     out = Path(output_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HfAttnInputError(f"output directory {output_dir!r} exists and is not empty; give a new or empty "
@@ -91,12 +110,17 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
     if not local.is_dir():
         check_hub(source)
     tok_source = tokenizer or source
+    if tokenizer:
+        check_source(tokenizer, f"--tokenizer {tokenizer!r}", "directory",
+                     "give a directory with tokenizer files, or a Hub id (user/name)")
     if Path(tok_source).expanduser().is_dir() and not any(
             (Path(tok_source).expanduser() / f).is_file() for f in TOKENIZER_FILES):
         raise HfAttnInputError(f"{tok_source!r} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}); the converted "
                                "directory needs one: give --tokenizer DIR (a directory with tokenizer files)")
     try:
         tok = load_tokenizer(tok_source)
+    except HfAttnInputError:
+        raise  # already one line naming the directory
     except (OSError, ValueError, TypeError) as e:
         raise HfAttnInputError(f"cannot load a tokenizer from {tok_source!r} ({_first_line(e)}); the converted "
                                "directory needs one: give --tokenizer DIR (a directory with tokenizer files)") from None

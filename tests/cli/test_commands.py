@@ -151,6 +151,11 @@ def test_analyze_flags_are_the_options_fields_with_their_defaults(capsys):
     (lambda d: ["--resume"], r"--resume: .* holds no checkpoint"),
     (lambda d: ["--encoder_attention", "nope"], r"encoder_attention='nope' is not an attention variant"),
     (lambda d: ["--embedding_init_std", "-1"], r"--embedding_init_std -1.0 must be a finite number >= 0"),
+    (lambda d: ["--init_from", str(d / "missing")], r"--init_from '.*missing': no such directory; give a trained model"),
+    (lambda d: ["--init_from", str(d / "file.txt")], r"--init_from '.*file.txt': a file, not a directory"),
+    (lambda d: ["--tokenizer_name", "./no-tok"], r"--tokenizer_name './no-tok': no such directory; give a directory"),
+    (lambda d: ["--init_from", "nobody/nothing"], r"the tokenizer 'nobody/nothing' cannot be loaded .* not a local "
+                                                  r"directory: download it"),  # the tests run offline
 ])
 def test_broken_input_gives_one_error_line(tmp_path, capsys, make_args, message):
     (tmp_path / "file.txt").write_text("x")
