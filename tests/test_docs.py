@@ -62,6 +62,20 @@ def test_paper_pages_hold_what_the_report_gives(tmp_path):
         assert "| group | preset | seeds |" in block  # every paper has recorded runs
 
 
+def test_the_retrofit_advice_in_python_md_is_what_the_report_gives(tmp_path):
+    """docs/python.md's retrofit block is what `hf-attn reproduce --docs` writes from results/."""
+    from hf_attn.report.retrofit_report import PYTHON_PAGE, update_python_page
+
+    summary = json.loads((ROOT / "results" / "report.json").read_text(encoding="utf-8"))
+    shutil.copy(DOCS / PYTHON_PAGE, tmp_path / PYTHON_PAGE)
+    assert update_python_page(tmp_path, summary["retrofit"]) == tmp_path / PYTHON_PAGE
+    assert (tmp_path / PYTHON_PAGE).read_text(encoding="utf-8") == (DOCS / PYTHON_PAGE).read_text(encoding="utf-8"), \
+        "docs/python.md: run hf-attn reproduce --report_only --output_dir results --readme README.md --docs docs"
+    (tmp_path / PYTHON_PAGE).write_text("# no markers\n")
+    with pytest.raises(HfAttnInputError, match="no block between <!-- retrofit-summary:start -->"):
+        update_python_page(tmp_path, summary["retrofit"])
+
+
 def test_paper_page_without_markers_is_one_clear_error(tmp_path):
     (tmp_path / "papers").mkdir()
     for _, (name, _) in PAPERS.items():
@@ -92,7 +106,7 @@ def test_generated_blocks_live_in_the_docs_only():
     """Each generated block is where its writer looks for it; of the report's blocks, the README keeps the reproduce
     headline alone (besides its variants table, whose citations are written from CITATIONS)."""
     markers = ["benchmark", "compile", "reproduce-headline", "paper-results", "aux-objective-presets",
-               "variants-table", "citation"]
+               "variants-table", "citation", "retrofit-summary"]
     files = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
     where = {m: [f.relative_to(ROOT).as_posix() for f in files if f"<!-- {m}:start -->" in f.read_text()]
              for m in markers}
@@ -104,6 +118,7 @@ def test_generated_blocks_live_in_the_docs_only():
         "aux-objective-presets": ["docs/transformers-scripts.md"],
         "variants-table": sorted(citation_docs.TABLE_FILES),
         "citation": sorted(f"docs/papers/{name}.md" for name, _ in PAPERS.values()),
+        "retrofit-summary": ["docs/python.md"],
     }
 
 

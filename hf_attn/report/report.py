@@ -26,7 +26,7 @@ from .paper_pages import update_paper_pages
 from .plots import plot_attention_stats, plot_scores, plot_validation_curves
 from .readme import update_readme
 from .records import SeedComparisons, load_records, relative_command
-from .retrofit_report import retrofit_section
+from .retrofit_report import retrofit_section, update_python_page
 from .seeds import MIN_SEEDS
 from .tables import across_seeds_sections, attention_table, compare, headline_table, machine_lines, setup_title, \
     variant_lines
@@ -171,7 +171,8 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     (output_dir / "REPORT.md").write_text("\n".join(md), encoding="utf-8")
     (output_dir / "report.json").write_text(dumps_strict(summary, indent=1), encoding="utf-8")
     if readme is not None:
-        update_readme(Path(readme), records, seed_cmp)
+        update_readme(Path(readme), records, seed_cmp, summary["retrofit"])
     if docs is not None:
         update_paper_pages(Path(docs), json.loads((output_dir / "report.json").read_text(encoding="utf-8")))
+        update_python_page(Path(docs), summary["retrofit"])
     return output_dir / "REPORT.md"

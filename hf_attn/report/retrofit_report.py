@@ -3,7 +3,9 @@ swap costs at step 0, how fine-tuning wins it back against the softmax control, 
 ends above the same preset trained from scratch for the same total number of updates.
 
 `retrofit_section(output_dir, records, seed_cmp)` returns the Markdown lines and the data the report adds (None
-without the file); `plot_retrofit` draws validation BLEU against fine-tuning step."""
+without the file); `plot_retrofit` draws validation BLEU against fine-tuning step; `retrofit_sentence` says the
+judged rules in one sentence (the README's Results), and `update_python_page` writes it, with the advice, into
+docs/python.md's block."""
 
 from __future__ import annotations
 
@@ -11,14 +13,17 @@ import copy
 from collections import defaultdict
 from pathlib import Path
 
+from ..errors import HfAttnInputError
+from ..io_utils import replace_marked_block
 from ..plans.retrofit import STEP0_HYPS, child_presets, load_retrofit, parent_specs, retrofit_specs
-from ..plans.rules import RULES
 from .claim_checks import delta_ci
-from .experiments import judge_rule
+from .experiments import judge_rule, rules_table
 from .plots import plot_bleu_curves
-from .seeds import MIN_SEEDS, complete, mean_sd, p_text, seed_delta
+from .seeds import MIN_SEEDS, complete, mean_sd, seed_delta
 
 RETROFIT_FILE = "retrofit.json"
+PYTHON_PAGE = "python.md"  # docs/python.md: its "Converting" section holds the generated block
+BLOCK_START, BLOCK_END = "<!-- retrofit-summary:start -->", "<!-- retrofit-summary:end -->"
 
 
 def plot_retrofit(children: dict, control: str, path: Path, title: str) -> Path:
@@ -155,17 +160,50 @@ def retrofit_section(output_dir: Path, records: list[dict], seed_cmp) -> tuple[l
         rows.append(data)
     md += ["", _machines(parents, children, scratch), ""]
     rules = _rules(cfg, children, scratch, seed_cmp)
-    md += ["| claim | ΔBLEU of | rule | ΔBLEU [95% CI], p | verdict |", "|---|---|---|---|---|"]
-    for r in rules:
-        d = r["bleu"]
-        seen = f"{delta_ci(d)}, p {p_text(d['p_value'])}" if d else "-"
-        md.append(f"| {r['claim']} | `{r['a']}` - `{r['b']}` | {RULES[r['type']][1].format(m=r['margin'])} | {seen} | "
-                  f"{r['verdict']} |")
-    md.append("")
+    md += rules_table(rules) + [""]
     advice = cfg.get("advice") or {}
     if advice:
         md += ["**What a practitioner should do** (written after the runs, from the rules above):", ""]
         md += [f"- **{paper}**: {text}" for paper, text in advice.items()] + [""]
     else:
         md += ["The advice per paper is written into the file once every run is recorded and the rules are judged.", ""]
-    return md, {"parents": _bleu(parents), "rows": rows, "rules": rules, "advice": advice}
+    steps = {"parent": p["steps"], "child": c["steps"]}
+    return md, {"parents": _bleu(parents), "rows": rows, "rules": rules, "advice": advice, "control": control_name,
+                "steps": steps}
+
+
+def _presets(rules: list[dict], verdict: str) -> str:
+    return ", ".join(f"`{r['preset']}`" for r in rules if r["verdict"] == verdict) or "none"
+
+
+def retrofit_sentence(data: dict | None, link: str) -> str | None:
+    """The judged rules in one sentence, linking ``link`` (the report's section); None until every rule is judged
+    ("met" or "not met": each side with its seeds)."""
+    if not data or not data.get("rules") or any(r["verdict"] not in ("met", "not met") for r in data["rules"]):
+        return None
+    vs_control = [r for r in data["rules"] if r["b"] == f"{data['control']}@child"]
+    vs_scratch = [r for r in data["rules"] if r["b"].endswith("@scratch")]
+    steps = data["steps"]
+    return (f"**Retrofit** ([the report's section]({link})): a {data['control']} model trained for "
+            f"{steps['parent']:,} steps, swapped to a paper's preset and fine-tuned for {steps['child']:,} steps, ends "
+            f"level with the same model fine-tuned as {data['control']} (the seed-aware interval reaches it) or above "
+            f"it for {_presets(vs_control, 'met')}, below it for {_presets(vs_control, 'not met')}; it ends above the "
+            f"same preset trained from scratch for {steps['parent'] + steps['child']:,} steps for "
+            f"{_presets(vs_scratch, 'met')}.")
+
+
+def update_python_page(docs_dir: Path, data: dict | None) -> Path | None:
+    """Write `retrofit_sentence` and the file's advice per paper into docs/python.md's block (None, nothing written,
+    without the retrofit's data); a page without the markers is an error."""
+    if data is None:
+        return None
+    sentence = retrofit_sentence(data, "../results/REPORT.md#retrofit")
+    body = [sentence or "The retrofit's rules are judged once every run is recorded ([the report's section]"
+                        "(../results/REPORT.md#retrofit))."]
+    if data["advice"]:
+        body += ["", *(f"- **{paper}**: {text}" for paper, text in data["advice"].items())]
+    path = Path(docs_dir) / PYTHON_PAGE
+    if not path.is_file() or not replace_marked_block(path, BLOCK_START, BLOCK_END, "\n".join(["", *body, ""])):
+        raise HfAttnInputError(f"{path}: no block between {BLOCK_START} and {BLOCK_END}; add the two marker lines "
+                               "where the retrofit's advice belongs")
+    return path

@@ -18,7 +18,8 @@ from hf_attn.plans.retrofit import STEP0_HYPS, load_retrofit, parent_ready, retr
 from hf_attn.report import report as rep
 from hf_attn.report.records import SeedComparisons
 from hf_attn.report.records import test_data_name as split_name  # not a test: pytest would collect the name
-from hf_attn.report.retrofit_report import retrofit_section
+from hf_attn.report.retrofit_report import BLOCK_END, BLOCK_START, retrofit_section, retrofit_sentence, \
+    update_python_page
 from hf_attn.reproduce.run_extras import step_zero
 from hf_attn.reproduce.runner import _next_ready, run_one
 
@@ -159,6 +160,15 @@ def test_the_report_section_judges_the_rules_and_keeps_children_out_of_the_group
     verdicts = {r["claim"].split(":")[0]: r["verdict"] for r in data["rules"]}
     assert verdicts == {"rela-g retrofits": "not met", "rela-g beats scratch": "met"}
     assert "| `softmax` | 1, 2, 3 |" in text and "(control)" in text and (out / "plots" / "retrofit.png").is_file()
+    sentence = retrofit_sentence(data, "REPORT.md#retrofit")  # the README's and docs/python.md's one sentence
+    assert "or above it for none, below it for `rela-g`;" in sentence and "1,800 steps for `rela-g`." in sentence
+    assert "[the report's section](REPORT.md#retrofit)" in sentence
+    assert retrofit_sentence({**data, "rules": [{**data["rules"][0], "verdict": "not enough seeds"}]}, "x") is None
+    page = tmp_path / "python.md"
+    page.write_text(f"# Python\n{BLOCK_START}\nold\n{BLOCK_END}\ntail\n")
+    update_python_page(tmp_path, {**data, "advice": {"ReLA": "fine-tune longer."}})
+    assert page.read_text() == (f"# Python\n{BLOCK_START}\n\n{sentence.replace('REPORT.md', '../results/REPORT.md')}"
+                                f"\n\n- **ReLA**: fine-tune longer.\n\n{BLOCK_END}\ntail\n")
     # the whole report, for its text: its figures are the section's above and the per-seed plots of the seeds tests
     figures_built_not_rendered(monkeypatch)
     rep.write_report(out, n_samples=200)
