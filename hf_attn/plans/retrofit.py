@@ -61,6 +61,9 @@ def check_retrofit(cfg, path) -> None:
              f"rule {rule.get('claim') if isinstance(rule, dict) else rule!r} needs a claim, a type "
              f"({', '.join(RULES)}), cells a and b of the form PRESET@child or PRESET@scratch ({{preset}} for each "
              "child preset) and a numeric margin")
+    advice = cfg.get("advice", {})  # written after the runs: {paper: what a practitioner should do}
+    need(isinstance(advice, dict) and all(isinstance(k, str) and isinstance(v, str) and v for k, v in advice.items()),
+         '"advice" must map each paper to a sentence of advice, e.g. {"ReLA": "..."}')
     presets = [parent["preset"], children["control"], *children["presets"]]
     try:  # presets, pair, steps and seeds checked as a matrix's
         matrix(presets, [cfg["pair"]], [parent["steps"], children["steps"]], cfg["seeds"], cfg["base"])

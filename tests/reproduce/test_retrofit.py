@@ -51,6 +51,8 @@ def test_the_committed_file_preregisters_parents_children_and_a_compute_matched_
     (lambda c: c["children"]["train_args"].extend(["--init_from", "x"]), "must not give --init_from"),
     (lambda c: c["children"].update(presets=["no-such-preset"]), "no-such-preset"),
     (lambda c: c["rules"][0].update(a="rela-g@nowhere"), "PRESET@child or PRESET@scratch"),
+    (lambda c: c.update(advice=["swap"]), '"advice" must map each paper to a sentence'),
+    (lambda c: c.update(advice={"ReLA": ""}), '"advice" must map each paper to a sentence'),
 ])
 def test_a_bad_file_is_one_line(tmp_path, edit, message):
     cfg = json.loads(COMMITTED.read_text())
