@@ -132,8 +132,8 @@ class SeedComparisons:
     """`seeds.seed_bootstrap` of two lists of complete records (two presets' runs, one per seed) on their shared
     test references; each pair of lists is computed once (the tables and the claims ask for the same ones)."""
 
-    def __init__(self, output_dir: Path, n_samples: int):
-        self.output_dir, self.n_samples, self.done = Path(output_dir), n_samples, {}
+    def __init__(self, output_dir: Path, n_samples: int, progress=None):
+        self.output_dir, self.n_samples, self.done, self.progress = Path(output_dir), n_samples, {}, progress
 
     def __call__(self, a: list[dict], b: list[dict]) -> dict:
         key = (tuple(r["name"] for r in a), tuple(r["name"] for r in b))
@@ -141,4 +141,6 @@ class SeedComparisons:
             refs = shared_references(self.output_dir, a + b)
             self.done[key] = seed_bootstrap([r["hypotheses"] for r in a], [r["hypotheses"] for r in b], refs,
                                             self.n_samples)
+            if self.progress is not None:  # a tqdm bar: one step per comparison computed
+                self.progress.update()
         return self.done[key]

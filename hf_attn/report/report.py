@@ -16,6 +16,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from ..bench.results import BenchmarkResult, NotABenchmarkResult, load_result
 from ..io_utils import dumps_strict
 from .claims import claims_section
@@ -136,8 +138,10 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
                                          load_second_records(output_dir))
     experiments = load_experiments(output_dir)
     plan = json.loads((output_dir / "plan.json").read_text()) if (output_dir / "plan.json").is_file() else []
-    sig = compare(output_dir, records, n_samples)
-    seed_cmp = SeedComparisons(output_dir, n_samples)
+    # minutes of bootstraps on a full results/ (each comparison once): a bar on a terminal, nothing in a log
+    progress = tqdm(desc="report: bootstrap comparisons", unit=" comparisons", disable=None)
+    sig = compare(output_dir, records, n_samples, progress)
+    seed_cmp = SeedComparisons(output_dir, n_samples, progress)
     order = {}
     for i, name in enumerate(plan):
         order.setdefault(name, i)
@@ -168,6 +172,7 @@ def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", rea
     md += ["## Signatures", ""] + sorted({f"- BLEU `{r['results']['bleu_signature']}`, chrF `{r['results']['chrf_signature']}`"
                                          for r in records if r.get("results")}) + [""]
     md += ["## Machines", ""] + machine_lines(records, others) + [""]
+    progress.close()
     (output_dir / "REPORT.md").write_text("\n".join(md), encoding="utf-8")
     (output_dir / "report.json").write_text(dumps_strict(summary, indent=1), encoding="utf-8")
     if readme is not None:

@@ -114,19 +114,40 @@ def corpus_score(metric, summed: np.ndarray) -> float:
     return metric._compute_score_from_stats(summed.tolist()).score
 
 
-def _resampled_scores(metric, stats: list[np.ndarray], weights: np.ndarray, draws: np.ndarray) -> np.ndarray:
+@functools.lru_cache(maxsize=8)
+def _sentence_weights(n: int, n_samples: int, seed: int) -> np.ndarray:
+    """How many times each resample draws each of ``n`` test sentences (resamples x sentences): the first draw of
+    ``numpy.random.default_rng(seed)``, as `seed_bootstrap` makes it."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_samples, n)) + n * np.arange(n_samples)[:, None]
+    weights = np.bincount(idx.ravel(), minlength=n_samples * n).reshape(n_samples, n)
+    weights.flags.writeable = False
+    return weights
+
+
+@functools.lru_cache(maxsize=1024)
+def _run_resampled(name: str, hypotheses: tuple, references: tuple, n_samples: int, seed: int) -> np.ndarray:
+    """One run's corpus score on each resample's drawn sentences; cached, as the report compares a run (a softmax
+    seed above all) with many others on the same draws."""
+    metric = scorer(name, references)
+    weights = _sentence_weights(len(references), n_samples, seed)
+    scores = np.array([corpus_score(metric, row) for row in weights @ _run_stats(name, hypotheses, references)])
+    scores.flags.writeable = False
+    return scores
+
+
+def _resampled_scores(name, runs, references: tuple, draws: np.ndarray, seed: int) -> np.ndarray:
     """Per resample: the mean, over that resample's drawn seeds, of each seed's score on its drawn sentences."""
-    per_run = np.array([[corpus_score(metric, row) for row in weights @ s] for s in stats]).T  # resamples x seeds
-    return np.take_along_axis(per_run, draws, axis=1).mean(axis=1)
+    per_run = np.stack([_run_resampled(name, tuple(h), references, len(draws), seed) for h in runs], axis=1)
+    return np.take_along_axis(per_run, draws, axis=1).mean(axis=1)  # per_run: resamples x seeds
 
 
-def _compare(name, a_runs, b_runs, references, weights, draws_a, draws_b) -> dict:
-    metric = scorer(name, tuple(references))
-    stats_a = [run_stats(name, h, references) for h in a_runs]
-    stats_b = [run_stats(name, h, references) for h in b_runs]
-    full_a = [corpus_score(metric, s.sum(0)) for s in stats_a]
-    full_b = [corpus_score(metric, s.sum(0)) for s in stats_b]
-    deltas = _resampled_scores(metric, stats_a, weights, draws_a) - _resampled_scores(metric, stats_b, weights, draws_b)
+def _compare(name, a_runs, b_runs, references, draws_a, draws_b, seed) -> dict:
+    metric, references = scorer(name, tuple(references)), tuple(references)
+    full_a = [corpus_score(metric, run_stats(name, h, references).sum(0)) for h in a_runs]
+    full_b = [corpus_score(metric, run_stats(name, h, references).sum(0)) for h in b_runs]
+    deltas = (_resampled_scores(name, a_runs, references, draws_a, seed)
+              - _resampled_scores(name, b_runs, references, draws_b, seed))
     lo, hi = np.percentile(deltas, [2.5, 97.5])
     p = min(1.0, 2 * min(float((deltas <= 0).mean()), float((deltas >= 0).mean())))
     sd_a, sd_b = sd(full_a), sd(full_b)
@@ -166,9 +187,7 @@ def seed_bootstrap(a_runs: list[list[str]], b_runs: list[list[str]], references:
     """
     _check_runs(a_runs, b_runs, references)
     rng = np.random.default_rng(seed)
-    n = len(references)
-    idx = rng.integers(0, n, size=(n_samples, n)) + n * np.arange(n_samples)[:, None]
-    weights = np.bincount(idx.ravel(), minlength=n_samples * n).reshape(n_samples, n)  # times each sentence is drawn
-    draws_a = rng.integers(0, len(a_runs), size=(n_samples, len(a_runs)))
+    rng.integers(0, len(references), size=(n_samples, len(references)))  # the sentences' draw (`_sentence_weights`)
+    draws_a = rng.integers(0, len(a_runs), size=(n_samples, len(a_runs)))  # then each system's seeds
     draws_b = rng.integers(0, len(b_runs), size=(n_samples, len(b_runs)))
-    return {name: _compare(name, a_runs, b_runs, references, weights, draws_a, draws_b) for name in ("bleu", "chrf")}
+    return {name: _compare(name, a_runs, b_runs, references, draws_a, draws_b, seed) for name in ("bleu", "chrf")}

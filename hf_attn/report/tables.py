@@ -53,8 +53,9 @@ def setup_title(rec: dict) -> str:
     return f"{s['source']}->{s['target']}, {s['steps']} steps, seed {s['seed']}, {s['base']}{extra}"
 
 
-def compare(output_dir: Path, records: list[dict], n_samples: int) -> dict:
-    """``{name: paired_bootstrap(...)}`` of every complete record against softmax of its setup."""
+def compare(output_dir: Path, records: list[dict], n_samples: int, progress=None) -> dict:
+    """``{name: paired_bootstrap(...)}`` of every complete record against softmax of its setup (a step of the tqdm
+    bar ``progress`` each)."""
     by_setup = defaultdict(dict)
     for r in records:
         by_setup[r["setup"]][r["spec"]["preset"]] = r
@@ -67,6 +68,8 @@ def compare(output_dir: Path, records: list[dict], n_samples: int) -> dict:
         for preset, r in runs.items():
             if preset != "softmax" and r["status"] == "complete" and r.get("hypotheses"):
                 out[r["name"]] = paired_bootstrap(base["hypotheses"], r["hypotheses"], refs, n_samples)
+                if progress is not None:
+                    progress.update()
     return out
 
 

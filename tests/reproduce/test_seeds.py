@@ -124,6 +124,13 @@ EXPERIMENTS = {
              "margin": 0}]}]}
 
 
+class _Steps:
+    n = 0
+
+    def update(self, n=1):
+        self.n += n
+
+
 def test_comparative_claims_need_three_seeds(tmp_path):
     records = _matrix(tmp_path)
     few = [r for r in records if not (r["spec"]["preset"] == "rela-g" and r["spec"]["seed"] > 1)]
@@ -139,6 +146,11 @@ def test_comparative_claims_need_three_seeds(tmp_path):
     assert "(3+ seeds of each)" in r["criterion"]
     r = row(records)
     assert r["verdict"] == "disagrees" and r["seen"][0]["verdict"] == "does not hold"
+    counted = SeedComparisons(tmp_path, 200, progress=(bar := _Steps()))  # the report's progress bar: one step a
+    _, rows = claims_section(records, {}, None, counted)                     # comparison computed, none for a repeat
+    assert bar.n == len(counted.done) > 0
+    claims_section(records, {}, None, counted)
+    assert bar.n == len(counted.done)
     assert "seeds 3 / 4" in r["seen"][0]["observed"] and r["explanation"]  # softmax: seeds 1, 2, 3 and 7
     md, rows = claims_section(records, {}, None, seed_cmp, experiment_ids=["recipe"])
     assert "[Recipe sensitivity: `recipe`](#experiment-recipe)" in "\n".join(md)
