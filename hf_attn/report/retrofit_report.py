@@ -172,8 +172,13 @@ def retrofit_section(output_dir: Path, records: list[dict], seed_cmp) -> tuple[l
                 "steps": steps}
 
 
-def _presets(rules: list[dict], verdict: str) -> str:
-    return ", ".join(f"`{r['preset']}`" for r in rules if r["verdict"] == verdict) or "none"
+def _ends(rules: list[dict], verdict: str, where: str) -> str | None:
+    """"`a`, `b` and `c` end <where>" for the presets whose rule has ``verdict`` (None for none)."""
+    names = [f"`{r['preset']}`" for r in rules if r["verdict"] == verdict]
+    if not names:
+        return None
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"{listed} end{'s' if len(names) == 1 else ''} {where}"
 
 
 def retrofit_sentence(data: dict | None, link: str) -> str | None:
@@ -181,15 +186,18 @@ def retrofit_sentence(data: dict | None, link: str) -> str | None:
     ("met" or "not met": each side with its seeds)."""
     if not data or not data.get("rules") or any(r["verdict"] not in ("met", "not met") for r in data["rules"]):
         return None
-    vs_control = [r for r in data["rules"] if r["b"] == f"{data['control']}@child"]
+    control, steps = data["control"], data["steps"]
+    vs_control = [r for r in data["rules"] if r["b"] == f"{control}@child"]
     vs_scratch = [r for r in data["rules"] if r["b"].endswith("@scratch")]
-    steps = data["steps"]
-    return (f"**Retrofit** ([the report's section]({link})): a {data['control']} model trained for "
-            f"{steps['parent']:,} steps, swapped to a paper's preset and fine-tuned for {steps['child']:,} steps, ends "
-            f"level with the same model fine-tuned as {data['control']} (the seed-aware interval reaches it) or above "
-            f"it for {_presets(vs_control, 'met')}, below it for {_presets(vs_control, 'not met')}; it ends above the "
-            f"same preset trained from scratch for {steps['parent'] + steps['child']:,} steps for "
-            f"{_presets(vs_scratch, 'met')}.")
+    scratch = f"above the same preset trained from scratch for {steps['parent'] + steps['child']:,} steps"
+    parts = [_ends(vs_control, "met", f"level with the {control} control (the parent fine-tuned as {control}; the "
+                                      "seed-aware interval reaches it) or above it"),
+             _ends(vs_control, "not met", "below the control"),
+             _ends(vs_scratch, "met", scratch) or f"none ends {scratch}"]
+    parts = [p for p in parts if p]
+    return (f"**Retrofit** ([the report's section]({link})): swapped from a {control} model trained for "
+            f"{steps['parent']:,} steps and fine-tuned for {steps['child']:,} steps, {', '.join(parts[:-1])} and "
+            f"{parts[-1]}.")
 
 
 def update_python_page(docs_dir: Path, data: dict | None) -> Path | None:
