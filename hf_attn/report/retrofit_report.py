@@ -10,6 +10,7 @@ docs/python.md's block."""
 from __future__ import annotations
 
 import copy
+import shlex
 from collections import defaultdict
 from pathlib import Path
 
@@ -169,7 +170,7 @@ def retrofit_section(output_dir: Path, records: list[dict], seed_cmp) -> tuple[l
         md += ["The advice per paper is written into the file once every run is recorded and the rules are judged.", ""]
     steps = {"parent": p["steps"], "child": c["steps"]}
     return md, {"parents": _bleu(parents), "rows": rows, "rules": rules, "advice": advice, "control": control_name,
-                "steps": steps}
+                "steps": steps, "train_args": c["train_args"]}
 
 
 def _ends(rules: list[dict], verdict: str, where: str) -> str | None:
@@ -210,6 +211,9 @@ def update_python_page(docs_dir: Path, data: dict | None) -> Path | None:
                         "(../results/REPORT.md#retrofit))."]
     if data["advice"]:
         body += ["", *(f"- **{paper}**: {text}" for paper, text in data["advice"].items())]
+    command = shlex.join(["hf-attn", "train", "--init_from", "DIR", "--max_steps", str(data["steps"]["child"]),
+                          *data["train_args"]])
+    body += ["", f"The fine-tuning measured there, for a model DIR that `hf-attn convert` swapped: `{command}`."]
     path = Path(docs_dir) / PYTHON_PAGE
     if not path.is_file() or not replace_marked_block(path, BLOCK_START, BLOCK_END, "\n".join(["", *body, ""])):
         raise HfAttnInputError(f"{path}: no block between {BLOCK_START} and {BLOCK_END}; add the two marker lines "

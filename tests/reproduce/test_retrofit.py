@@ -170,8 +170,11 @@ def test_the_report_section_judges_the_rules_and_keeps_children_out_of_the_group
     page = tmp_path / "python.md"
     page.write_text(f"# Python\n{BLOCK_START}\nold\n{BLOCK_END}\ntail\n")
     update_python_page(tmp_path, {**data, "advice": {"ReLA": "fine-tune longer."}})
+    command = ("hf-attn train --init_from DIR --max_steps 600 --learning_rate 5e-4 --warmup_steps 100 "
+               "--lr_scheduler_kwargs '{\"timescale\": 1200}' --eval_bleu_every 100 --eval_bleu_sentences 200")
     assert page.read_text() == (f"# Python\n{BLOCK_START}\n\n{sentence.replace('REPORT.md', '../results/REPORT.md')}"
-                                f"\n\n- **ReLA**: fine-tune longer.\n\n{BLOCK_END}\ntail\n")
+                                f"\n\n- **ReLA**: fine-tune longer.\n\nThe fine-tuning measured there, for a model DIR "
+                                f"that `hf-attn convert` swapped: `{command}`.\n\n{BLOCK_END}\ntail\n")
     # the whole report, for its text: its figures are the section's above and the per-seed plots of the seeds tests
     figures_built_not_rendered(monkeypatch)
     rep.write_report(out, n_samples=200)
