@@ -100,9 +100,8 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
     save model, tokenizer (from ``tokenizer``, default ``source``) and card to ``output_dir`` (new or empty)."""
     check_preset(preset)
     local = Path(source).expanduser()
-    if not local.is_dir() and (_a_path(source) or local.exists()):
-        check_source(source, repr(source), "model directory",
-                     "give a Marian/BART or hf-attn model directory or Hub id (user/name)")
+    check_source(source, repr(source), "model directory",
+                 "give a Marian/BART or hf-attn model directory or Hub id (user/name)", hub=False)  # Hub: below
     out = Path(output_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HfAttnInputError(f"output directory {output_dir!r} exists and is not empty; give a new or empty "
