@@ -275,7 +275,6 @@ def write_preview(data: dict, path: str | Path) -> Path:
     grey): the picture a model card embeds. Needs matplotlib."""
     import numpy as np
 
-
     plt = pyplot()
     sent = data["sentences"][0]
     view = sent["models"][0]
@@ -291,10 +290,14 @@ def write_preview(data: dict, path: str | Path) -> Path:
     ax.set_xlabel("source token")
     ax.set_ylabel("target token (predicted)")
     fig.colorbar(im, ax=ax, fraction=0.04)
-    model = data["models"][0]
-    title = (f"{model['name']} ({model['preset']}): cross-attention, layer {len(layers)}, mean over heads"
-             + ("; grey = exactly 0" if (w == 0).any() else ""))
-    return Path(save_figure(fig, path, title))
+    return Path(save_figure(fig, path, preview_title(data["models"][0], len(layers), bool((w == 0).any()))))
+
+
+def preview_title(model: dict, layer: int, zeros: bool) -> str:
+    """The preview's title: the model's name, its preset in brackets when the name differs from it (a run directory
+    named after its preset says it once), the layer, and the grey cells' meaning when there are any."""
+    who = model["name"] if model["name"] == model["preset"] else f"{model['name']} ({model['preset']})"
+    return f"{who}: cross-attention, layer {layer}, mean over heads" + ("; grey = exactly 0" if zeros else "")
 
 
 # ---- entry points -------------------------------------------------------------------------------------------------

@@ -173,6 +173,13 @@ def test_preview_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_preview_title_names_the_preset_once_when_the_run_is_named_after_it():
+    assert viewer.preview_title({"name": "rela-g", "preset": "rela-g"}, 3, True) == (
+        "rela-g: cross-attention, layer 3, mean over heads; grey = exactly 0")
+    assert viewer.preview_title({"name": "run7", "preset": "gmm"}, 2, False) == (
+        "run7 (gmm): cross-attention, layer 2, mean over heads")
+
+
 # ---- a trained run: train writes the viewer, the card links it, the CLI writes more -------------------------------------
 @pytest.mark.slow
 def test_train_writes_the_viewer_and_the_card_links_it(trained):
