@@ -35,10 +35,26 @@ def translate_texts(model, tokenizer, texts: list[str], num_beams: int = 4, leng
             enc = tokenizer(batch, return_tensors="pt", padding=True, truncation=True, max_length=max_source_length)
             enc = {k: v.to(model.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
             limit = min(max_new_tokens, int(enc["input_ids"].shape[1] * 2) + 10)
-            gen = model.generate(**enc, num_beams=num_beams, length_penalty=length_penalty, max_length=limit + 2,
-                                 early_stopping=True if num_beams > 1 else False)
+            try:
+                gen = model.generate(**enc, num_beams=num_beams, length_penalty=length_penalty, max_length=limit + 2,
+                                     early_stopping=True if num_beams > 1 else False)
+            except (RuntimeError, MemoryError) as e:
+                if not out_of_memory(e):
+                    raise
+                bar.close()
+                raise HfAttnInputError(
+                    f"out of memory translating a batch of {len(idx)} sentences with {num_beams} beams ("
+                    f"{(str(e).strip().splitlines() or [type(e).__name__])[0][:160]}); lower --num_beams (now "
+                    f"{num_beams}) or --batch_size (now {batch_size})") from None
             for i, text in zip(idx, tokenizer.batch_decode(gen, skip_special_tokens=True)):
                 out[i] = text.strip() if texts[i].strip() else ""
             bar.update(len(idx))
     bar.close()
     return [x or "" for x in out]
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` is running out of memory: Python's, torch's on the GPU, or its CPU allocator's."""
+    text = str(e).lower()
+    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in text or \
+        "can't allocate memory" in text

@@ -89,10 +89,22 @@ def ensure_writable_dir(path: str | os.PathLike, flag: str = "--output_dir") -> 
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
+        why = "it is a file" if p.is_file() else e.strerror or e
         raise HfAttnInputError(
-            f"{flag} {str(path)!r} is not a writable directory ({e.strerror or e}); choose a directory you can write to"
+            f"{flag} {str(path)!r} is not a writable directory ({why}); choose a directory you can write to"
         ) from None
     return p
+
+
+def check_creatable_dir(path: str | os.PathLike, label: str) -> None:
+    """Fail before any work when the directory ``path`` could not be made: its nearest existing ancestor is a file or
+    cannot be written. Nothing is made (``label`` names it in the one line, e.g. ``"output directory"``)."""
+    p = Path(path).absolute()
+    parent = next(a for a in (p, *p.parents) if a.exists())
+    why = f"{str(parent)!r} is a file" if not parent.is_dir() else \
+        None if os.access(parent, os.W_OK | os.X_OK) else f"{str(parent)!r} is not writable"
+    if why:
+        raise HfAttnInputError(f"{label} {str(path)!r} cannot be written to ({why}); choose a directory you can write to")
 
 
 def with_marked_block(text: str, start: str, end: str, body: str) -> str | None:
@@ -103,6 +115,19 @@ def with_marked_block(text: str, start: str, end: str, body: str) -> str | None:
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     return head + start + "\n" + body + "\n" + end + tail
+
+
+def check_marked_file(path: str | os.PathLike, start: str, end: str, what: str) -> None:
+    """One line when the file ``path`` (``what`` names it, e.g. ``"--readme"``) cannot be read or lacks the marker
+    lines ``start`` and ``end``: checked before the work whose result `replace_marked_block` writes there."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise HfAttnInputError(f"{what} {str(path)!r} cannot be read ({getattr(e, 'strerror', None) or e}); give an "
+                               "existing UTF-8 file") from None
+    if with_marked_block(text, start, end, "") is None:
+        raise HfAttnInputError(f"{what} {str(path)!r} has no block between {start} and {end}; add the two marker "
+                               "lines where the generated text belongs")
 
 
 def replace_marked_block(path: str | os.PathLike, start: str, end: str, body: str) -> bool:

@@ -330,19 +330,18 @@ def help_text() -> str:
 
 
 def parse_figures(value: str | Sequence[str] | None) -> list[str]:
-    """The figure names of ``value``: comma-separated names (or a list of them), or ``all``."""
+    """The figure names of ``value``: comma-separated names (or a list of them), or ``all`` (every figure, also
+    when it comes with names)."""
     if not value:
         return []
     if isinstance(value, str):
-        value = [value] if value.strip() == "all" else value.split(",")
+        value = value.split(",")
     names = [n.strip() for n in value if n.strip()]
-    if names == ["all"]:
-        names = list(FIGURES)
     for n in names:
-        if n not in FIGURES:
+        if n not in FIGURES and n != "all":
             raise HfAttnInputError(f"--figures {n!r} is not a figure{did_you_mean(n, FIGURES)}; "
                                    f"valid: all, {', '.join(FIGURES)}")
-    return names
+    return list(FIGURES) if "all" in names else names
 
 
 def run_figures(ctx: Context, names) -> dict:

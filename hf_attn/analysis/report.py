@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import HfAttnInputError
 from ..io_utils import check_output_file, ensure_writable_dir, write_json
-from ..rundir import SPLITS, load_model_dir, run_pairs
+from ..rundir import SPLITS, check_model_files, load_model_dir, run_pairs
 from . import figures
 from .options import AnalyzeOptions
 from .stats import attention_report, format_report, plot_layer_statistics
@@ -45,6 +45,8 @@ def check_options(options: AnalyzeOptions) -> list[str]:
         check_output_file(o.output, "--output")
     if o.plot_dir:
         ensure_writable_dir(o.plot_dir, "--plot_dir")
+    for d in o.model_dirs:  # every directory before the first is analyzed, not when its turn comes
+        check_model_files(d)
     return names
 
 
@@ -57,8 +59,9 @@ def analyze_dirs(options: AnalyzeOptions) -> dict:
     print(f"{'model':<28} {'site':<8} {'sparsity':>8} {'null rate':>9} {'entropy':>8} {'head div.':>9} "
           f"{'top-' + format(o.top_p, '.0%') + ' mass':>9}")
     for d in o.model_dirs:
+        src, ref, what, _ = run_pairs(d, o.split, o.test_file, max_samples=o.sentences)  # a bad file: before loading
+        rank_pairs = rank_null_pairs(d, o) if o.rank_null else None
         model, tokenizer = load_model_dir(d)
-        src, ref, what, _ = run_pairs(d, o.split, o.test_file, max_samples=o.sentences)
         src, ref = src[: o.sentences], ref[: o.sentences]
         if not src:
             raise HfAttnInputError(f"{d!r}: the {what} has no sentence pairs")
@@ -68,8 +71,8 @@ def analyze_dirs(options: AnalyzeOptions) -> dict:
         rep["preset"] = getattr(model.config, "preset", None)
         if names:
             ctx = figures.Context(model, tokenizer, Path(d).name, src, ref, o)
-            if o.rank_null:
-                ctx.cache["rank_pairs"] = run_pairs(d, o.split, o.rank_null)[:2]
+            if rank_pairs is not None:
+                ctx.cache["rank_pairs"] = rank_pairs
             rep["figures"] = figures.run_figures(ctx, names)
         results[d] = rep
         print(format_report(Path(d).name, rep), flush=True)
@@ -82,3 +85,11 @@ def analyze_dirs(options: AnalyzeOptions) -> dict:
         write_json(o.output, results)
         print(f"wrote {o.output}")
     return results
+
+
+def rank_null_pairs(model_dir: str, o: AnalyzeOptions) -> tuple[list[str], list[str]]:
+    """(sources, references) of ``--rank-null FILE``; its errors name that flag (the file reader's say --test_file)."""
+    try:
+        return run_pairs(model_dir, o.split, o.rank_null)[:2]
+    except HfAttnInputError as e:
+        raise HfAttnInputError(str(e).replace("--test_file", "--rank-null", 1)) from None

@@ -302,7 +302,8 @@ def preview_title(model: dict, layer: int, zeros: bool) -> str:
 
 # ---- entry points -------------------------------------------------------------------------------------------------
 def check_view_options(dirs: list[Path], output: Path, sentences: int | None, text: str | None,
-                       max_tokens: int, test_file: str | None = None) -> None:
+                       max_tokens: int, test_file: str | None = None, num_beams: int | None = None,
+                       preview: Path | None = None) -> None:
     """Validate `hf-attn view`'s input before loading anything: one line naming the value and the fix."""
 
     if sentences is not None and text is not None:
@@ -315,6 +316,8 @@ def check_view_options(dirs: list[Path], output: Path, sentences: int | None, te
         raise HfAttnInputError("--text is empty; give the source sentence to view, e.g. --text \"Im Anfang war das Wort.\"")
     if max_tokens < 2:
         raise HfAttnInputError(f"--max_tokens {max_tokens}: need at least 2 (a token and the end of sentence)")
+    if num_beams is not None and num_beams < 1:  # 0 is not "the model's beam": that is leaving the flag out
+        raise HfAttnInputError(f"--num_beams {num_beams}: need at least 1, or leave it out for the model's beam")
     if not dirs:
         raise HfAttnInputError("no model directory given; give one, or two to compare them side by side")
     names = [str(d) for d in dirs]
@@ -329,6 +332,8 @@ def check_view_options(dirs: list[Path], output: Path, sentences: int | None, te
     if text is None:
         read_run_args(dirs[0])  # a broken run_args.json fails here, with its own line
     check_output_file(output, "--output")
+    if preview is not None:
+        check_output_file(preview, "--preview")
 
 
 def check_viewable(d: Path, max_tokens: int) -> str:
@@ -382,7 +387,7 @@ def write_viewer(dirs: list[Path], output: Path, sentences: int | None = None, t
 
     dirs = [Path(d) for d in dirs]
     output = Path(output)
-    check_view_options(dirs, output, sentences, text, max_tokens, test_file)
+    check_view_options(dirs, output, sentences, text, max_tokens, test_file, num_beams, preview)
     if text is not None:
         sources, references, description = [text.strip()], [None], "--text"
     else:

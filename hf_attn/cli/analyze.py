@@ -9,6 +9,7 @@ from ..analysis import figures, report
 from ..analysis.options import NUMBER_LISTS, AnalyzeOptions, option_defaults
 from ..analysis.report import analyze_dirs
 from ..rundir import SPLITS
+from .flags import OneLineParser
 
 _HELP = {f.name: f.metadata["help"] for f in fields(AnalyzeOptions)}
 _DEFAULTS = option_defaults()
@@ -23,8 +24,8 @@ def _option(name: str) -> dict:
 
 
 def analyze_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hf-attn analyze", description=report.__doc__, epilog=figures.help_text(),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="hf-attn analyze", description=report.__doc__, epilog=figures.help_text(),
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dirs", nargs="+", help=_HELP["model_dirs"])
     p.add_argument("--sentences", type=int, **_option("sentences"))
     p.add_argument("--split", choices=SPLITS, **_option("split"))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
 from ..data.bible import describe_translations
+from .flags import OneLineParser
 
 def run(argv) -> int:
-    argparse.ArgumentParser(prog="hf-attn corpora", description="list the Bible translations (--source/--target codes)").parse_args(argv)
+    OneLineParser(prog="hf-attn corpora", description="list the Bible translations (--source/--target codes)").parse_args(argv)
     print(describe_translations())
     return 0

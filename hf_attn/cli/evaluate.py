@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
-
 from ..io_utils import dumps_strict
 from ..rundir import SPLITS
 from ..training.run import evaluate_dir
 from ..training.validate import DECODE_FLAGS, check_flags
+from .flags import OneLineParser
 
 def run(argv) -> int:
-    ap = argparse.ArgumentParser(prog="hf-attn evaluate", description="re-score a saved model (BLEU/chrF, sacrebleu)")
+    ap = OneLineParser(prog="hf-attn evaluate", description="re-score a saved model (BLEU/chrF, sacrebleu)")
     ap.add_argument("model_dir")
     ap.add_argument("--split", default="test", choices=SPLITS)
     ap.add_argument("--test_file", "--test-file", default=None, help="score on this file instead (.jsonl/.tsv)")

@@ -1,4 +1,5 @@
-"""The flag names on an ``hf-attn train`` command line, and the one line for those the command does not have.
+"""The flag names on an ``hf-attn train`` command line, and the one line for those the command does not have; and
+`OneLineParser`, the parser of the other commands, whose errors are that one line too.
 
 Light on purpose (no torch, no transformers): `snapshot` answers ``hf-attn train --no_such_flag`` with it before the
 parser's modules load, and `train_args` gives the same line after they have.
@@ -6,7 +7,19 @@ parser's modules load, and `train_args` gives the same line after they have.
 
 from __future__ import annotations
 
+import argparse
 import difflib
+
+from ..errors import HfAttnInputError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser for the commands other than ``train`` (whose parser is transformers'): a flag it cannot
+    parse (a word for a number, a choice it lacks, a missing argument) is the CLI's one line, ``hf-attn: error: ...``
+    and exit code 2 (cli/__init__.py prints it), instead of the usage block and argparse's own error line."""
+
+    def error(self, message: str):
+        raise HfAttnInputError(f"{' '.join(message.split())}; `{self.prog} --help` lists the arguments")
 
 
 def pre_parse_base(argv: list[str]) -> str:

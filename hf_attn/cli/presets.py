@@ -4,13 +4,13 @@ hyperparameters). The text comes from `snapshot` when it matches the code, else 
 
 from __future__ import annotations
 
-import argparse
-
+from ..errors import HfAttnInputError
+from .flags import OneLineParser
 from .snapshot import current_snapshot
 
 
 def run(argv) -> int:
-    ap = argparse.ArgumentParser(prog="hf-attn presets", description="list the attention presets")
+    ap = OneLineParser(prog="hf-attn presets", description="list the attention presets")
     ap.add_argument("--verbose", "-v", action="store_true",
                     help="also each preset's settings and papers (with their pages), and every variant's "
                          "hyperparameters (type, default, valid values, help, paper symbol): the `hf-attn train` "
@@ -26,8 +26,8 @@ def run(argv) -> int:
         if a.bibtex not in texts["bibtex"]:
             from ..modeling.hyperparameters import did_you_mean  # (loads the model code: an error path)
 
-            ap.error(f"--bibtex: no preset {a.bibtex!r}{did_you_mean(a.bibtex, texts['bibtex'])}; "
-                     "`hf-attn presets` lists them")
+            raise HfAttnInputError(f"--bibtex: no preset {a.bibtex!r}{did_you_mean(a.bibtex, texts['bibtex'])}; "
+                                   "`hf-attn presets` lists them")
         print(texts["bibtex"][a.bibtex])
         return 0
     print(texts["verbose" if a.verbose else "list"])

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-
 from ..training.hub import push_model_dir
+from .flags import OneLineParser
 
 def run(argv) -> int:
-    ap = argparse.ArgumentParser(prog="hf-attn push", description="upload a trained model directory to the Hub")
+    ap = OneLineParser(prog="hf-attn push", description="upload a trained model directory to the Hub")
     ap.add_argument("model_dir")
     ap.add_argument("repo_id")
     ap.add_argument("--private", action="store_true")

@@ -7,13 +7,14 @@ import dataclasses
 
 from ..reproduce import runner
 from ..reproduce.runner import ReproduceOptions, reproduce
+from .flags import OneLineParser
 
 DEFAULTS = ReproduceOptions()  # every default lives in the dataclass
 
 
 def reproduce_parser() -> argparse.ArgumentParser:
     d = DEFAULTS
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="hf-attn reproduce", formatter_class=argparse.RawDescriptionHelpFormatter, description=runner.__doc__,
         epilog="Flags after `--` go to every `hf-attn train` run (e.g. -- --train_file F.jsonl --d_model 512).")
     p.add_argument("--presets", default=d.presets, help="comma-separated presets (softmax is the baseline)")

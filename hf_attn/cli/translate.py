@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -11,9 +10,10 @@ from ..generation import decoding_settings, translate_texts
 from ..io_utils import check_output_file, decode_utf8, read_text, text_lines
 from ..rundir import check_model_files, load_model_dir, run_arg
 from ..training.validate import DECODE_FLAGS, check_flags
+from .flags import OneLineParser
 
 def run(argv) -> int:
-    ap = argparse.ArgumentParser(prog="hf-attn translate", description="translate stdin or a file, one sentence per line")
+    ap = OneLineParser(prog="hf-attn translate", description="translate stdin or a file, one sentence per line")
     ap.add_argument("model_dir")
     ap.add_argument("--input", "-i", default=None, help="input file (default: stdin)")
     ap.add_argument("--output", "-o", default=None, help="output file (default: stdout)")

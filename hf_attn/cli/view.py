@@ -7,11 +7,12 @@ from pathlib import Path
 
 from ..analysis import viewer
 from ..rundir import SPLITS
+from .flags import OneLineParser
 
 
 def view_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="hf-attn view", description=viewer.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(prog="hf-attn view", description=viewer.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dirs", nargs="+", help="model directories (`hf-attn train` or save_pretrained); two or more "
                     "are shown side by side and must share one tokenizer")
     ap.add_argument("--output", "-o", required=True, help="the HTML file to write, e.g. attention.html")

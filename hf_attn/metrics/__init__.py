@@ -33,10 +33,12 @@ def install_metrics(directory: str | Path = ".") -> list[Path]:
     working directory); returns the written files."""
     import shutil
 
+    from ..io_utils import ensure_writable_dir
+
+    root = ensure_writable_dir(directory, "DIR")  # else one line naming it (`hf-attn metrics DIR`), no traceback
     written = []
     for name in METRICS:
-        target = Path(directory) / name / f"{name}.py"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = ensure_writable_dir(root / name, f"DIR/{name}") / f"{name}.py"
         shutil.copyfile(metric_path(name), target)
         written.append(target)
     return written

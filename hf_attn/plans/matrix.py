@@ -85,14 +85,17 @@ def matrix(presets, pairs, steps, seeds, base="marian", train_args=()) -> list[R
             for pair in pairs for n in steps for s in seeds for p in ordered]
 
 
-def experiment_specs(path: Path, only: list[str] | None = None) -> list[RunSpec]:
+def experiment_specs(path: Path, only: list[str] | None = None, check=None) -> list[RunSpec]:
     """The runs of an experiments file (`results/experiments.json`): every cell ``PRESET@ARM`` of every experiment
     (or of those named in ``only``), at the file's seeds, pair and base and the experiment's step budget, with the
-    arm's extra `hf-attn train` flags; in file order, each run once."""
+    arm's extra `hf-attn train` flags; in file order, each run once. ``check(cfg, label)``, when given, checks the
+    file's layout first (one line for a file that is JSON but not an experiments file)."""
     try:
         cfg = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise HfAttnInputError(f"--experiments {str(path)!r}: cannot read it as JSON ({e})") from None
+    if check is not None:  # the report's `check_experiments` (the runner passes it: plans import no report)
+        check(cfg, f"--experiments {str(path)!r}")
     known = [x["id"] for x in cfg["experiments"]]
     for name in only or ():
         if name not in known:

@@ -19,14 +19,16 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..bench.results import BenchmarkResult, NotABenchmarkResult, load_result
-from ..io_utils import dumps_strict
+from ..docgen.pages import PAPER_PAGE, PAPERS
+from ..errors import HfAttnInputError
+from ..io_utils import check_marked_file, dumps_strict
 from .claims import claims_section
 from .converged_report import converged_section
 from .experiments import experiments_section, load_experiments
 from .machines import load_second_records, machine_effect_section, one_kind_per_group
-from .paper_pages import update_paper_pages
+from .paper_pages import BLOCK_END, BLOCK_START, update_paper_pages
 from .plots import plot_attention_stats, plot_scores, plot_validation_curves
-from .readme import update_readme
+from .readme import HEADLINE_END, HEADLINE_START, update_readme
 from .records import SeedComparisons, load_records, relative_command
 from .retrofit_report import retrofit_section, update_python_page
 from .seeds import MIN_SEEDS
@@ -125,6 +127,20 @@ def _per_seed_details(output_dir: Path, records: list[dict], sig: dict, order: d
         p = plot_validation_curves(rs, plots / f"validation_{base}_{s}-{t}.png", f"Validation loss, {s}->{t} ({base})")
         md += [f"![validation loss {s}-{t}]({p.relative_to(output_dir)})", ""]
     return md, setups
+
+
+def check_report_targets(no_report: bool, report_only: bool, readme: str | None, docs: str | None) -> None:
+    """`hf-attn reproduce`'s report flags, before any run or report: one line for --no_report with --report_only, or
+    for a --readme / --docs page without its marker lines (else found only after the runs, or not at all)."""
+    if no_report and report_only:
+        raise HfAttnInputError("--no_report (train only) and --report_only (the report only) together do nothing; "
+                               "give one of them")
+    if no_report:
+        return
+    if readme:
+        check_marked_file(readme, HEADLINE_START, HEADLINE_END, "--readme")
+    for page, _ in PAPERS.values() if docs else ():
+        check_marked_file(Path(docs) / PAPER_PAGE.format(page), BLOCK_START, BLOCK_END, f"--docs {docs!r}: the page")
 
 
 def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", readme: Path | None = None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,13 +35,15 @@ from ..analysis.gmm import gate_values, gmm_modules, mean_gate_per_layer
 from ..analysis.probe import source_probe
 from ..analysis.stats import attention_report, top_p_mass
 from ..cli.train_args import parse_train_args
+from ..data.bible import check_bible_pair
 from ..errors import PREEMPTED_EXIT, HfAttnBusy, HfAttnInputError, HfAttnPreempted
-from ..io_utils import dumps_strict
+from ..io_utils import check_creatable_dir, dumps_strict
 from ..plans.converged import converged_specs
 from ..plans.matrix import AVERAGED_HYPS, RunSpec, csv_values, experiment_specs, matrix, record_path
 from ..plans.retrofit import STEP0_HYPS, load_retrofit, parent_ready, retrofit_specs
+from ..report.experiments import check_experiments
 from ..report.records import load_records
-from ..report.report import write_report
+from ..report.report import check_report_targets, write_report
 from ..rundir import load_model_dir, run_pairs
 from ..training.checkpoints import RunLock, newest_complete_checkpoint
 from ..training.run import train
@@ -66,6 +69,11 @@ def check_train_args(specs: list[RunSpec], runs_dir: Path) -> None:
         hargs, targs, overrides, _ = parse_train_args(spec.train_argv(Path(runs_dir) / spec.name, False))
         check_train_flags(hargs, targs)
         check_model_flags(hargs, overrides, resume=False)
+        if not (hargs.train_file or hargs.dataset):  # the Bible: --pairs xx-en or de-de, before any run starts
+            try:
+                check_bible_pair(hargs.source, hargs.target)
+            except HfAttnInputError as e:
+                raise HfAttnInputError(f"--pairs {spec.source}-{spec.target}: {e}") from None
 
 
 def run_one(spec: RunSpec, runs_dir: Path, output_dir: Path, sentences: int = 200, average_last: int = 0) -> dict:
@@ -363,7 +371,10 @@ def matrix_of(options: ReproduceOptions, train_args: Sequence[str] = ()) -> list
         if train_args:
             raise HfAttnInputError("flags after -- with --experiments: each experiment's arms set the flags of its runs")
         only = csv_values(options.only, "--only") if options.only else None
-        return experiment_specs(Path(options.experiments), only)
+        return experiment_specs(Path(options.experiments), only, check=check_experiments)
+    if options.only:  # else the whole matrix would run in its place
+        raise HfAttnInputError(f"--only {options.only!r} picks experiments of an experiments file; give it with "
+                               "--experiments FILE (e.g. results/experiments.json), or leave --only out")
     return matrix(csv_values(options.presets, "--presets"), csv_values(options.pairs, "--pairs"),
                   csv_values(options.steps, "--steps", int), csv_values(options.seeds, "--seeds", int),
                   options.base, list(train_args))
@@ -383,10 +394,17 @@ def reproduce(options: ReproduceOptions, train_args: Sequence[str], command: str
         if any(t == bad or t.startswith(bad + "=") for t in train_args):
             raise HfAttnInputError(f"{bad} after --: the matrix sets it; use --presets/--pairs/--steps/--seeds/--base/"
                                    "--runs_dir of `hf-attn reproduce` instead")
-    output_dir = Path(options.output_dir)
+    check_report_targets(options.no_report, options.report_only, options.readme, options.docs)
+    output_dir = Path(options.output_dir)  # one line now, not a traceback after the runs; nothing made yet
+    for flag, d in (("--output_dir", output_dir), ("--runs_dir", None if options.report_only else options.runs_dir)):
+        if d is not None:
+            check_creatable_dir(d, flag)
     failed = []
-    if options.deadline is not None and options.deadline <= 0:
+    if options.deadline is not None and not (math.isfinite(options.deadline) and options.deadline > 0):
         raise HfAttnInputError(f"--deadline {options.deadline}: give the seconds this sitting may run, more than 0")
+    if options.deadline is not None and not options.converged:  # the plain matrix would run past it
+        raise HfAttnInputError(f"--deadline {options.deadline:g} applies to a converged matrix only; give it with "
+                               "--converged FILE, or leave it out")
     if options.converged and not options.report_only:
         if train_args:
             raise HfAttnInputError("flags after -- with --converged: the file sets the flags of its runs")

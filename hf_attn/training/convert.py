@@ -11,6 +11,7 @@ from huggingface_hub import HfApi, ModelCard, constants
 
 from ..data import load_tokenizer
 from ..errors import HfAttnInputError
+from ..io_utils import check_creatable_dir
 from ..swap import swap_attention
 from .cards import write_model_card
 from .validate import check_preset
@@ -106,6 +107,7 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HfAttnInputError(f"output directory {output_dir!r} exists and is not empty; give a new or empty "
                                "directory")
+    check_creatable_dir(out, "output directory")
     if not local.is_dir():
         check_hub(source)
     tok_source = tokenizer or source
@@ -124,7 +126,11 @@ def convert_checkpoint(source: str, output_dir: str, preset: str = "rela-g", tok
         raise HfAttnInputError(f"cannot load a tokenizer from {tok_source!r} ({_first_line(e)}); the converted "
                                "directory needs one: give --tokenizer DIR (a directory with tokenizer files)") from None
     model = swapped_model(source, preset, tok, repr(source), **overrides)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # what `check_creatable_dir` cannot see beforehand (a read-only or virtual file system)
+        raise HfAttnInputError(f"output directory {output_dir!r} cannot be created ({e.strerror or e}); choose a "
+                               "directory you can write to") from None
     # what the card says of the model's origin, kept in config.json so that it survives later saves (a Trainer's)
     model.config.hf_attn_card = {"converted_from": source, "base_model": source if not local.is_dir() else None,
                                  "languages": source_languages(source, tok)}

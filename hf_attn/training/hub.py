@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import huggingface_hub
+from huggingface_hub import errors as hub_errors
+from huggingface_hub.utils import validate_repo_id
 
 from ..errors import HfAttnInputError
 from ..rundir import check_model_files
@@ -37,6 +39,9 @@ def check_model_dir(model_dir: str | Path) -> Path:
     except ValueError as e:
         raise HfAttnInputError(f"{str(model_dir)!r}: config.json is not valid JSON ({str(e)[:80]}); re-save the model "
                                "with save_pretrained") from None
+    if not isinstance(cfg, dict):
+        raise HfAttnInputError(f"{str(model_dir)!r}: config.json holds a JSON {type(cfg).__name__}, not a model config "
+                               "(a JSON object); re-save the model with save_pretrained")
 
     check_model_files(str(d))  # weights truncated by an interrupted copy are not uploaded
     for name in set(cfg.get("auto_map", {}).values()):
@@ -52,13 +57,48 @@ def push_model_dir(model_dir: str | Path, repo_id: str, private: bool | None = N
     d = check_model_dir(model_dir)
     if "/" not in repo_id and not repo_id.strip():
         raise HfAttnInputError("REPO_ID is empty; give 'user/name'")
+    check_repo_id(repo_id, "REPO_ID")
     if write_card:  # also brings the hf-attn card back over one that transformers' Trainer wrote
 
         if existing_card(d)[0] != "other":
             write_model_card(d, repo_id)
     api = huggingface_hub.HfApi(token=token)  # (looked up at call time: tests replace it)
-    repo = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    repo_id = getattr(repo, "repo_id", repo_id)
-    return api.upload_folder(folder_path=str(d), repo_id=repo_id, repo_type="model", revision=revision,
-                             commit_message=commit_message or f"Upload hf-attn model {d.name}",
-                             allow_patterns=UPLOAD_PATTERNS, ignore_patterns=IGNORE_PATTERNS)
+    try:
+        repo = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        repo_id = getattr(repo, "repo_id", repo_id)
+        return api.upload_folder(folder_path=str(d), repo_id=repo_id, repo_type="model", revision=revision,
+                                 commit_message=commit_message or f"Upload hf-attn model {d.name}",
+                                 allow_patterns=UPLOAD_PATTERNS, ignore_patterns=IGNORE_PATTERNS)
+    except Exception as e:  # noqa: BLE001 - the Hub's errors come in many classes (huggingface_hub's, httpx's)
+        problem = hub_problem(e)
+        if problem is None:
+            raise
+        raise HfAttnInputError(f"cannot push {str(model_dir)!r} to {repo_id!r}: {problem}") from None
+
+
+def check_repo_id(repo_id: str, flag: str) -> None:
+    """One line for a repo id the Hub would refuse (``flag`` names where it came from), before anything is written."""
+    try:
+        validate_repo_id(repo_id)
+    except hub_errors.HFValidationError:
+        raise HfAttnInputError(f"{flag} {repo_id!r} is not a Hub repo id; give 'user/name' (or 'name'): letters, "
+                               "digits, '-', '_' and '.', not starting or ending with '-' or '.', at most 96 "
+                               "characters each") from None
+
+
+def hub_problem(e: Exception) -> str | None:
+    """What went wrong talking to the Hub, with the fix, as part of one line; None for another error."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    if isinstance(e, hub_errors.OfflineModeIsEnabled):
+        return "the Hub is offline here (HF_HUB_OFFLINE=1); run it again without HF_HUB_OFFLINE, where the Hub is " \
+               "reachable"
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    if isinstance(e, hub_errors.LocalTokenNotFoundError) or status in (401, 403):
+        return (f"not allowed ({first}); log in with `hf auth login` or give --token, a token that may write to the "
+                "repo")
+    if isinstance(e, hub_errors.HfHubHTTPError):
+        return f"the Hub refused it ({first}); fix what it says and run it again"
+    if isinstance(e, (ConnectionError, TimeoutError)) or type(e).__module__.split(".")[0] in ("httpx", "httpx2",
+                                                                                              "requests", "urllib3"):
+        return f"the Hub cannot be reached ({type(e).__name__}: {first}); check the network and run it again"
+    return None

@@ -25,7 +25,7 @@ from ..data import load_corpus, make_collator, tokenize_split
 from ..errors import HfAttnInputError, HfAttnPreempted
 from ..generation import decoding_settings, translate_texts
 from ..io_utils import ensure_writable_dir, write_json
-from ..rundir import load_model_dir, read_run_args, run_pairs
+from ..rundir import check_model_files, load_model_dir, read_run_args, run_pairs
 from .bleu_curve import ValidationBleuCallback, fixed_subset
 from .build import apply_noam, build_model, check_noam, run_tokenizer
 from .cards import trainable_parameters, write_model_card
@@ -298,9 +298,10 @@ def evaluate_dir(model_dir: str, split: str = "test", test_file: str | None = No
                  num_beams: int | None = None, length_penalty: float | None = None, batch_size: int = 32,
                  max_samples: int | None = None, write: bool = True) -> dict:
     """Re-score a saved model on its run's split (Bible/files/dataset from run_args.json) or on a file."""
-    d = Path(model_dir)
-    model, tokenizer = load_model_dir(model_dir)
+    d = check_model_files(model_dir)
+    # the data first: a bad --test_file/--source is one line before the model loads (and prints its progress)
     src, ref, what, prev = run_pairs(model_dir, split, test_file, source, target, max_samples)
+    model, tokenizer = load_model_dir(model_dir)
     beams, lp = decoding_settings(model, num_beams, length_penalty)
     say(f"translating {len(src):,} sentences ({what}), beam {beams}")
     t0 = time.time()

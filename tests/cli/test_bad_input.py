@@ -251,3 +251,143 @@ def test_kill_9_during_a_save(tmp_path, cache, capsys):
     assert main([*args, "--resume"]) == 0
     assert f"resuming from {out / 'checkpoint-2'}" in capsys.readouterr().out
     assert json.loads((out / "results.json").read_text())["train_steps"] == 6
+
+
+# ------------------------------------------------------------- the bad-input sweep of the commands other than train
+@pytest.mark.parametrize("argv, message", [
+    # argparse's own errors (a word for a number, a choice or an argument missing): one line, not usage + message
+    (["evaluate", "DIR", "--num_beams", "abc"], r"argument --num_beams/--num-beams/--beam: invalid int value: 'abc'; "
+                                                r"`hf-attn evaluate --help` lists the arguments$"),
+    (["evaluate", "DIR", "--split", "bogus"], r"argument --split: invalid choice: 'bogus'"),
+    (["translate", "DIR", "--batch_size", "x"], r"argument --batch_size/--batch-size: invalid int value: 'x'"),
+    (["push", "DIR"], r"the following arguments are required: repo_id; `hf-attn push --help`"),
+    (["convert"], r"the following arguments are required: source"),
+    (["convert", "DIR", ""], r"the output directory is an empty string; give a directory name"),  # was the cwd
+    (["convert", "", "out"], r"SOURCE is an empty string; give a Marian/BART model directory or Hub id"),
+    (["card", "DIR", "--bogus"], r"unrecognized arguments: --bogus"),
+    (["metrics", "a", "b"], r"unrecognized arguments: b"),
+    (["analyze", "DIR", "--sentences", "abc"], r"argument --sentences: invalid int value: 'abc'"),
+    (["view", "DIR"], r"the following arguments are required: --output/-o"),
+    (["reproduce", "--jobs", "two"], r"argument --jobs: invalid int value: 'two'"),
+    (["presets", "--bibtex", "bogus"], r"--bibtex: no preset 'bogus'; `hf-attn presets` lists them$"),
+    (["corpora", "extra"], r"unrecognized arguments: extra; `hf-attn corpora --help`"),
+    # checked before any model directory is read
+    (["card", "DIR", "--repo_id", "bad id!!"], r"--repo_id 'bad id!!' is not a Hub repo id; give 'user/name'"),
+    (["analyze", "DIR", "--figures", "all,bogus"], r"--figures 'bogus' is not a figure"),  # it named 'all'
+    (["view", "DIR", "-o", "v.html", "--num_beams", "0"], r"--num_beams 0: need at least 1"),  # was ignored
+    (["metrics", "{file}"], r"DIR '.*file' is not a writable directory \(it is a file\)"),  # was a traceback
+    (["metrics", "{file}/sub"], r"DIR '.*file/sub' is not a writable directory \(Not a directory\)"),
+])
+def test_other_commands_give_one_line(tmp_path, capsys, argv, message):
+    from training_helpers import cli_in_process
+
+    (tmp_path / "file").write_text("x")
+    code, err = cli_in_process([a.replace("{file}", str(tmp_path / "file")) for a in argv], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("hf-attn: error: "), err
+    assert re.search(message, lines[0]), lines[0]
+
+
+def test_figures_all_with_names_is_every_figure():
+    from hf_attn.analysis import figures
+
+    assert figures.parse_figures("all,gmm-entropy") == list(figures.FIGURES)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--only", "x"], r"--only 'x' picks experiments of an experiments file; give it with --experiments FILE"),
+    (["--deadline", "nan"], r"--deadline nan: give the seconds this sitting may run, more than 0"),
+    (["--deadline", "60"], r"--deadline 60 applies to a converged matrix only; give it with --converged FILE"),
+    (["--experiments", "{tmp}/empty.json"], r"--experiments '.*empty.json': needs a list \"experiments\""),
+    (["--experiments", "{tmp}/list.json"], r"--experiments '.*list.json': needs a list \"experiments\""),
+    (["--pairs", "xx-en"], r"--pairs xx-en: unknown Bible language or translation code 'xx'"),
+    (["--pairs", "de-de"], r"--pairs de-de: source and target are the same Bible translation"),
+    (["--output_dir", "{tmp}/file/out"], r"--output_dir '.*file/out' cannot be written to \('.*file' is a file\)"),
+    (["--runs_dir", "{tmp}/file"], r"--runs_dir '.*file' cannot be written to \('.*file' is a file\)"),
+    (["--report_only", "--output_dir", "{tmp}/file"], r"--output_dir '.*file' cannot be written to"),
+    (["--report_only", "--readme", "{tmp}/file"], r"--readme '.*file' has no block between <!-- reproduce-headline"),
+    (["--report_only", "--readme", "{tmp}/missing.md"], r"--readme '.*missing.md' cannot be read \(No such file"),
+    (["--report_only", "--docs", "{tmp}"], r"--docs '.*': the page '.*papers/.*.md' cannot be read"),
+    (["--report_only", "--no_report"], r"--no_report \(train only\) and --report_only \(the report only\) together"),
+])
+def test_reproduce_refuses_before_any_run(tmp_path, capsys, monkeypatch, flags, message):
+    """Each of these was a traceback, or trained runs (the default matrix, doomed ones) before failing or at all."""
+    from hf_attn.reproduce import runner
+
+    monkeypatch.setattr(runner, "run_matrix", lambda *a, **k: pytest.fail("runs started"))
+    monkeypatch.setattr(runner, "write_report", lambda *a, **k: pytest.fail("report written"))
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "empty.json").write_text("{}")
+    (tmp_path / "list.json").write_text("[]")
+    flags = [f.replace("{tmp}", str(tmp_path)) for f in flags]
+    try:
+        assert main(["reproduce", "--output_dir", str(tmp_path / "r"), "--runs_dir", str(tmp_path / "runs"),
+                     *flags]) == 2
+    finally:
+        os.environ.pop("HF_ATTN_CACHE", None)
+    assert re.search(message, _one_line(capsys))
+    assert not (tmp_path / "r").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_card_and_push_check_the_config_and_the_repo_id(trained, tmp_path, capsys):
+    d = tmp_path / "m"
+    shutil.copytree(trained, d, ignore=shutil.ignore_patterns("checkpoint-*"))
+    card = (d / "README.md").read_text()
+    for bad in ("bad repo id!!", "a/b/c"):  # huggingface_hub's HFValidationError was a traceback, after the card
+        assert main(["push", str(d), bad]) == 2
+        assert f"REPO_ID {bad!r} is not a Hub repo id" in _one_line(capsys)
+    assert (d / "README.md").read_text() == card
+    assert main(["push", str(d), "me/model"]) == 2  # HF_HUB_OFFLINE=1 (conftest): was OfflineModeIsEnabled's traceback
+    assert re.search(r"cannot push '.*' to 'me/model': the Hub is offline here \(HF_HUB_OFFLINE=1\)", _one_line(capsys))
+    (d / "config.json").write_text("[1, 2]")  # JSON, but not an object: was AttributeError's traceback
+    assert main(["card", str(d)]) == 2
+    assert "config.json' holds a JSON list, not a model config" in _one_line(capsys)
+    assert main(["push", str(d), "me/model"]) == 2
+    assert "config.json holds a JSON list, not a model config" in _one_line(capsys)
+
+
+@pytest.mark.slow
+def test_convert_into_a_path_under_a_file(trained, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["convert", str(trained), str(tmp_path / "file" / "out")]) == 2  # was NotADirectoryError's traceback
+    assert re.search(r"output directory '.*file/out' cannot be written to \('.*file' is a file\)", _one_line(capsys))
+
+
+@pytest.mark.slow
+def test_evaluate_checks_the_test_file_before_loading_the_model(trained, tmp_path, capsys):
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["evaluate", str(trained), "--test_file", str(tmp_path / "empty.jsonl")]) == 2
+    assert "has no sentence pairs" in _one_line(capsys)  # no "Loading weights" progress bar before it
+
+
+@pytest.mark.slow
+def test_out_of_memory_while_translating_is_one_line(trained, monkeypatch):
+    """``hf-attn evaluate DIR --num_beams 100000``: torch's CPU allocator failed with a traceback."""
+    from hf_attn.errors import HfAttnInputError
+    from hf_attn.generation import translate_texts
+    from hf_attn.rundir import load_model_dir
+
+    model, tokenizer = load_model_dir(str(trained))
+
+    def no_memory(*a, **k):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 26214400000 bytes.")
+
+    monkeypatch.setattr(model, "generate", no_memory)
+    with pytest.raises(HfAttnInputError, match=r"out of memory translating a batch of 2 sentences with 100000 beams "
+                                               r"\(.*can't allocate memory.*\); lower --num_beams \(now 100000\) or "
+                                               r"--batch_size \(now 32\)"):
+        translate_texts(model, tokenizer, ["a", "b"], num_beams=100000, progress=False)
+
+
+@pytest.mark.slow
+def test_analyze_and_view_check_every_input_first(trained, tmp_path, capsys):
+    (tmp_path / "bad.jsonl").write_text('{"not": "a pair"}\n')
+    assert main(["analyze", str(trained), str(tmp_path / "missing")]) == 2  # the first was analyzed before
+    assert "missing' holds no config.json" in _one_line(capsys)
+    assert main(["analyze", str(trained), "--sentences", "2", "--rank-null", str(tmp_path / "bad.jsonl")]) == 2
+    assert re.search(r"^hf-attn: error: --rank-null '.*bad.jsonl' line 1 has no 'translation'", _one_line(capsys))
+    assert main(["view", str(trained), "-o", str(tmp_path / "v.html"), "--preview", str(tmp_path / "no" / "p.png")]) == 2
+    assert re.search(r"--preview '.*no/p.png' cannot be written", _one_line(capsys))  # after the page: a traceback
+    assert not (tmp_path / "v.html").exists()
