@@ -123,7 +123,16 @@ def test_analyze_options_are_checked_before_any_model_is_loaded(tmp_path):
     from hf_attn.analysis.report import check_options
     from hf_attn.errors import HfAttnInputError
 
-    assert check_options(AnalyzeOptions(["never/loaded"], figures="gmm-bleu")) == ["gmm-bleu"]
+    import torch
+    from safetensors.torch import save_file
+
+    fake = tmp_path / "never_loaded"  # config.json and complete weights: what check_options looks at, not a model
+    fake.mkdir()
+    (fake / "config.json").write_text("{}")
+    save_file({"x": torch.zeros(1)}, str(fake / "model.safetensors"))
+    assert check_options(AnalyzeOptions([str(fake)], figures="gmm-bleu")) == ["gmm-bleu"]
+    with pytest.raises(HfAttnInputError, match=r"'never/made' holds no config.json"):  # every directory, first
+        check_options(AnalyzeOptions([str(fake), "never/made"]))
     assert AnalyzeOptions(["a"], long_lengths=[8]).long_lengths == (8,)  # lists are kept as tuples
     for options, message in [
         (AnalyzeOptions("runs/rela-g"), r"model_dirs 'runs/rela-g': need a list of model directories"),
