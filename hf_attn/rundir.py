@@ -106,8 +106,10 @@ def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None,
     source = source or prev.get("source")
     target = target or prev.get("target")
     if test_file:
-        rows, s_key, t_key = read_parallel_file(test_file, source if prev.get("corpus") != "bible" else None,
-                                                None if prev.get("corpus") == "bible" else target, "test")
+        bible = prev.get("corpus") == "bible"  # its --source/--target are Bible codes, not the file's keys
+        rows, s_key, t_key = read_parallel_file(test_file, None if bible else source, None if bible else target, "test")
+        if bible and source and target:
+            s_key, t_key = bible_file_keys(test_file, s_key, t_key, source, target)
         if max_samples:
             rows = rows[:max_samples]
         if not rows:
@@ -122,3 +124,20 @@ def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None,
                          {"train": prev.get("max_train_samples"), split: max_samples})
     src, ref = corpus.pairs(split)
     return src, ref, f"{split} split of {corpus.description}", prev
+
+
+def bible_file_keys(test_file: str, s_key: str, t_key: str, source: str, target: str) -> tuple[str, str]:
+    """(source key, target key) of a ``--test_file`` for a model trained on the Bible's ``source`` -> ``target``: the
+    run's language keys in the run's order when the file has them (``{"en": ..., "de": ...}`` is still de -> en);
+    one line when the file's keys are other languages (it would be scored silently on the wrong pair); the file's
+    own order for keys that name no language (``src``/``tgt``)."""
+    from .data.bible import DEFAULT_TRANSLATION, pair_keys, resolve_translation
+
+    want = pair_keys(resolve_translation(source), resolve_translation(target))
+    if {s_key, t_key} == set(want):
+        return want
+    if any(key.split("_")[0].lower() in DEFAULT_TRANSLATION for key in (s_key, t_key)):
+        raise HfAttnInputError(f"--test_file {test_file!r} has the keys {s_key!r} and {t_key!r}, but the model "
+                               f"translates {want[0]} -> {want[1]}; give a file with {want[0]!r} and {want[1]!r} keys "
+                               "(or a model trained on that pair)")
+    return s_key, t_key

@@ -47,6 +47,26 @@ def test_non_utf8_test_file_in_evaluate(tmp_path):
         run_pairs(str(tmp_path), test_file=str(tmp_path / "t.tsv"))
 
 
+def test_a_bible_runs_test_file_is_read_in_the_runs_language_order(tmp_path):
+    """A model trained on the Bible's de -> en: a file keyed en, de is still scored de -> en; a file of other
+    languages is one line (it used to be scored silently); keys that name no language keep the file's order."""
+    from hf_attn.rundir import run_pairs
+
+    (tmp_path / "run_args.json").write_text(json.dumps({"hf_attn": {"corpus": "bible", "source": "e", "target": "4"}}))
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps({"translation": {"en": "In the beginning", "de": "Im Anfang"}}) + "\n", encoding="utf-8")
+    assert run_pairs(str(tmp_path), test_file=str(f))[:2] == (["Im Anfang"], ["In the beginning"])
+    f.write_text(json.dumps({"translation": {"fr": "Au commencement", "es": "En el principio"}}) + "\n")
+    with pytest.raises(HfAttnInputError, match=r"has the keys 'fr' and 'es', but the model translates de -> en; "
+                                               r"give a file with 'de' and 'en' keys"):
+        run_pairs(str(tmp_path), test_file=str(f))
+    f.write_text(json.dumps({"translation": {"src": "Im Anfang", "tgt": "In the beginning"}}) + "\n")
+    assert run_pairs(str(tmp_path), test_file=str(f))[:2] == (["Im Anfang"], ["In the beginning"])
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text("en\tde\nIn the beginning\tIm Anfang\n", encoding="utf-8")  # a header naming the languages
+    assert run_pairs(str(tmp_path), test_file=str(tsv))[:2] == (["Im Anfang"], ["In the beginning"])
+
+
 def test_tsv_byte_order_mark_is_not_part_of_the_language(tmp_path):
     f = tmp_path / "train.tsv"
     f.write_text("\ufeffde\ten\n" + "".join(f"{s}\t{t}\n" for s, t in _pairs(30)), encoding="utf-8")
