@@ -12,6 +12,7 @@ from pathlib import Path
 from transformers import AutoModelForSeq2SeqLM
 
 from .data import load_corpus, load_tokenizer, read_parallel_file
+from .data.bible import DEFAULT_TRANSLATION, pair_keys, resolve_translation
 from .errors import HfAttnInputError
 from .modeling.bases import register_auto_classes
 
@@ -97,9 +98,9 @@ def load_model_dir(model_dir: str):
 
 
 def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None, source=None, target=None,
-              max_samples: int | None = None):
+              max_samples: int | None = None, flag: str = "--test_file"):
     """``(sources, references, description, run_args)``: the ``split`` of the data a run in ``model_dir`` was trained
-    on (from its run_args.json), or the pairs of ``test_file``."""
+    on (from its run_args.json), or the pairs of ``test_file`` (``flag``: the flag that named it, for its errors)."""
     if split not in SPLITS:
         raise HfAttnInputError(f"--split {split!r}: valid: {', '.join(SPLITS)}")
     prev = read_run_args(model_dir)
@@ -107,13 +108,13 @@ def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None,
     target = target or prev.get("target")
     if test_file:
         bible = prev.get("corpus") == "bible"  # its --source/--target are Bible codes, not the file's keys
-        rows, s_key, t_key = read_parallel_file(test_file, None if bible else source, None if bible else target, "test")
+        rows, s_key, t_key = read_parallel_file(test_file, None if bible else source, None if bible else target, flag)
         if bible and source and target:
-            s_key, t_key = bible_file_keys(test_file, s_key, t_key, source, target)
+            s_key, t_key = bible_file_keys(test_file, s_key, t_key, source, target, flag)
         if max_samples:
             rows = rows[:max_samples]
         if not rows:
-            raise HfAttnInputError(f"--test_file {test_file!r} has no sentence pairs; give a file with at least one")
+            raise HfAttnInputError(f"{flag} {test_file!r} has no sentence pairs; give a file with at least one")
         src = [r["translation"][s_key] for r in rows]
         ref = [r["translation"][t_key] for r in rows]
         return src, ref, test_file, prev
@@ -126,18 +127,17 @@ def run_pairs(model_dir: str, split: str = "test", test_file: str | None = None,
     return src, ref, f"{split} split of {corpus.description}", prev
 
 
-def bible_file_keys(test_file: str, s_key: str, t_key: str, source: str, target: str) -> tuple[str, str]:
-    """(source key, target key) of a ``--test_file`` for a model trained on the Bible's ``source`` -> ``target``: the
-    run's language keys in the run's order when the file has them (``{"en": ..., "de": ...}`` is still de -> en);
-    one line when the file's keys are other languages (it would be scored silently on the wrong pair); the file's
-    own order for keys that name no language (``src``/``tgt``)."""
-    from .data.bible import DEFAULT_TRANSLATION, pair_keys, resolve_translation
-
+def bible_file_keys(test_file: str, s_key: str, t_key: str, source: str, target: str,
+                    flag: str = "--test_file") -> tuple[str, str]:
+    """(source key, target key) of the file ``test_file`` (named by ``flag``) for a model trained on the Bible's
+    ``source`` -> ``target``: the run's language keys in the run's order when the file has them (``{"en": ...,
+    "de": ...}`` is still de -> en); one line when the file's keys are other languages (it would be scored silently on
+    the wrong pair); the file's own order for keys that name no language (``src``/``tgt``)."""
     want = pair_keys(resolve_translation(source), resolve_translation(target))
     if {s_key, t_key} == set(want):
         return want
     if any(key.split("_")[0].lower() in DEFAULT_TRANSLATION for key in (s_key, t_key)):
-        raise HfAttnInputError(f"--test_file {test_file!r} has the keys {s_key!r} and {t_key!r}, but the model "
+        raise HfAttnInputError(f"{flag} {test_file!r} has the keys {s_key!r} and {t_key!r}, but the model "
                                f"translates {want[0]} -> {want[1]}; give a file with {want[0]!r} and {want[1]!r} keys "
                                "(or a model trained on that pair)")
     return s_key, t_key

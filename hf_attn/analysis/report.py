@@ -60,7 +60,7 @@ def analyze_dirs(options: AnalyzeOptions) -> dict:
           f"{'top-' + format(o.top_p, '.0%') + ' mass':>9}")
     for d in o.model_dirs:
         src, ref, what, _ = run_pairs(d, o.split, o.test_file, max_samples=o.sentences)  # a bad file: before loading
-        rank_pairs = rank_null_pairs(d, o) if o.rank_null else None
+        rank_pairs = run_pairs(d, o.split, o.rank_null, flag="--rank-null")[:2] if o.rank_null else None
         model, tokenizer = load_model_dir(d)
         src, ref = src[: o.sentences], ref[: o.sentences]
         if not src:
@@ -86,10 +86,3 @@ def analyze_dirs(options: AnalyzeOptions) -> dict:
         print(f"wrote {o.output}")
     return results
 
-
-def rank_null_pairs(model_dir: str, o: AnalyzeOptions) -> tuple[list[str], list[str]]:
-    """(sources, references) of ``--rank-null FILE``; its errors name that flag (the file reader's say --test_file)."""
-    try:
-        return run_pairs(model_dir, o.split, o.rank_null)[:2]
-    except HfAttnInputError as e:
-        raise HfAttnInputError(str(e).replace("--test_file", "--rank-null", 1)) from None

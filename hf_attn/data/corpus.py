@@ -87,7 +87,9 @@ def load_bible_corpus(source: str = "de", target: str = "en", limits: dict | Non
 
 # ---------------------------------------------------------------------------------------------------- local files
 def _flag(split: str) -> str:
-    return f"--{split}_file"
+    """The flag that named the file, for its errors: ``--<split>_file``, or ``split`` itself when it is a flag
+    (``--rank-null``: `hf-attn analyze` reads its file with the same reader)."""
+    return split if split.startswith("--") else f"--{split}_file"
 
 
 def read_parallel_file(path: str | os.PathLike, source: str | None, target: str | None, split: str = "train"):

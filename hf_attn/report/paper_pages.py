@@ -107,11 +107,15 @@ def paper_block(summary: dict, paper: str) -> str:
     return "\n".join(body)
 
 
+def paper_page_paths(docs_dir: Path) -> dict[str, Path]:
+    """paper -> its page under ``docs_dir`` (``papers/<page>.md``), the pages `update_paper_pages` rewrites."""
+    return {paper: Path(docs_dir) / PAPER_PAGE.format(page) for paper, (page, _) in PAPERS.items()}
+
+
 def update_paper_pages(docs_dir: Path, summary: dict) -> list[Path]:
     """Rewrite the block of every paper's page under ``docs_dir``; a page without the markers is an error."""
     written = []
-    for paper, (page, _) in PAPERS.items():
-        path = Path(docs_dir) / PAPER_PAGE.format(page)
+    for paper, path in paper_page_paths(docs_dir).items():
         if not path.is_file() or not replace_marked_block(path, BLOCK_START, BLOCK_END, paper_block(summary, paper)):
             raise HfAttnInputError(f"{path}: no block between {BLOCK_START} and {BLOCK_END}; add the two marker "
                                     "lines where the paper's measured results belong")

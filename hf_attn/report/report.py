@@ -19,14 +19,13 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..bench.results import BenchmarkResult, NotABenchmarkResult, load_result
-from ..docgen.pages import PAPER_PAGE, PAPERS
 from ..errors import HfAttnInputError
 from ..io_utils import check_marked_file, dumps_strict
 from .claims import claims_section
 from .converged_report import converged_section
 from .experiments import experiments_section, load_experiments
 from .machines import load_second_records, machine_effect_section, one_kind_per_group
-from .paper_pages import BLOCK_END, BLOCK_START, update_paper_pages
+from .paper_pages import BLOCK_END, BLOCK_START, paper_page_paths, update_paper_pages
 from .plots import plot_attention_stats, plot_scores, plot_validation_curves
 from .readme import HEADLINE_END, HEADLINE_START, update_readme
 from .records import SeedComparisons, load_records, relative_command
@@ -139,8 +138,8 @@ def check_report_targets(no_report: bool, report_only: bool, readme: str | None,
         return
     if readme:
         check_marked_file(readme, HEADLINE_START, HEADLINE_END, "--readme")
-    for page, _ in PAPERS.values() if docs else ():
-        check_marked_file(Path(docs) / PAPER_PAGE.format(page), BLOCK_START, BLOCK_END, f"--docs {docs!r}: the page")
+    for path in paper_page_paths(Path(docs)).values() if docs else ():
+        check_marked_file(path, BLOCK_START, BLOCK_END, f"--docs {docs!r}: the page")
 
 
 def write_report(output_dir: Path, n_samples: int = 1000, command: str = "", readme: Path | None = None,
